@@ -1,0 +1,9 @@
+"""Imports this repository's registrations: experiments, tasks, models.
+
+Trainers shipped by the library (`custom`, `tfm_base`) register themselves on
+`import tfm_ext`. Keep this file to registrations: nothing heavy beyond them.
+"""
+
+# pylint: disable=unused-import
+import tfm_ext
+from experiments import digits_convnet

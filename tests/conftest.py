@@ -1,0 +1,59 @@
+"""Shared test helpers: run the launcher for real, in a subprocess or in-process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(REPO, "launchers", "train.py")
+DOWNSTREAM_TRAIN = os.path.join(REPO, "tests", "downstream", "train.py")
+
+# A short digits_convnet run: 40 steps, evaluation every 20.
+SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"
+         "trainer.summary_interval=10,trainer.checkpoint_interval=20,"
+         "trainer.validation_interval=20")
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+  """One cache of the bundled digits TFRecords for the whole session."""
+  path = str(tmp_path_factory.mktemp("digits_cache"))
+  os.environ["TFM_EXT_DATA_DIR"] = path
+  return path
+
+
+class Result:
+  """A finished launcher process and its `model_dir`."""
+
+  def __init__(self, proc: subprocess.CompletedProcess, model_dir: str):
+    self.returncode = proc.returncode
+    self.stdout = proc.stdout
+    self.stderr = proc.stderr
+    self.model_dir = model_dir
+
+  def summary(self):
+    with open(os.path.join(self.model_dir, "run_summary.json")) as f:
+      return json.load(f)
+
+  def __repr__(self):
+    return (f"exit {self.returncode}\n--- stdout\n{self.stdout[-3000:]}\n"
+            f"--- stderr\n{self.stderr[-6000:]}")
+
+
+@pytest.fixture
+def launch(data_dir):
+  """Runs a launcher script in a subprocess; returns a `Result`."""
+
+  def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
+    full_env = dict(os.environ, TFM_EXT_DATA_DIR=data_dir,
+                    TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    full_env.update(env or {})
+    cmd = [sys.executable, script, f"--model_dir={model_dir}", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=REPO)
+    return Result(proc, str(model_dir))
+
+  return run

@@ -1,0 +1,112 @@
+"""Console progress: one line per event, as Keras and Lightning users expect.
+
+`TrainProgress` and `EvalProgress` are Orbit actions (plain callables on the
+controller's outputs). They read the global step once per loop, never per
+step, so they add no device-to-host sync inside the training loop. Orbit's
+controller prints each of its own lines to stdout and logs it too;
+`quiet_orbit_controller` keeps them in the log only, so each event reaches
+the console once.
+"""
+
+import sys
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, TextIO
+
+from absl import logging
+import numpy as np
+import orbit
+from orbit import controller as orbit_controller
+
+
+def quiet_orbit_controller() -> None:
+  """Sends Orbit's controller lines to the absl log only, not also stdout."""
+  orbit_controller._log = logging.info  # pylint: disable=protected-access
+
+
+def scalars(logs: Mapping[str, Any]) -> Dict[str, float]:
+  """Returns the scalar entries of (possibly nested) logs as floats.
+
+  Nested keys are joined with '/'; non-scalar values (images) are dropped.
+  """
+  out = {}
+  for key, value in logs.items():
+    if isinstance(value, Mapping):
+      out.update({f"{key}/{k}": v for k, v in scalars(value).items()})
+      continue
+    value = np.asarray(orbit.utils.get_value(value))
+    if value.size == 1 and np.issubdtype(value.dtype, np.number):
+      out[key] = float(value.reshape(()))
+  return out
+
+
+def _format_logs(logs: Mapping[str, float]) -> str:
+  return " | ".join(f"{k} {v:.4g}" for k, v in logs.items())
+
+
+def _format_duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class TrainProgress:
+  """Prints `step N/T | <logs> | X ex/s | ETA h:mm:ss` after each train loop.
+
+  Also measures what the run summary reports: time to the first step (from
+  `start_time`) and examples per second in steady state, that is, over all
+  loops after the first, which includes tracing.
+  """
+
+  def __init__(self, *, global_step, total_steps: int, global_batch_size: int,
+               start_time: float, clock: Callable[[], float] = time.time,
+               stream: Optional[TextIO] = None):
+    self._global_step = global_step
+    self._total_steps = total_steps
+    self._batch = global_batch_size
+    self._start_time = start_time
+    self._clock = clock
+    self._stream = stream or sys.stdout
+    self._last: Optional[tuple] = None  # (step, time) at the previous loop end.
+    self._steady: Optional[tuple] = None  # (step, time) at the first loop end.
+    self.time_to_first_step: Optional[float] = None
+    self.examples_per_second: Optional[float] = None
+    self.last_logs: Dict[str, float] = {}
+
+  def __call__(self, output: Mapping[str, Any]) -> None:
+    now = self._clock()
+    step = int(self._global_step.numpy())
+    self.last_logs = scalars(output)
+    parts = [f"step {step}/{self._total_steps}"]
+    if self.last_logs:
+      parts.append(_format_logs(self.last_logs))
+    if self._steady is None:
+      self._steady = (step, now)
+      self.time_to_first_step = now - self._start_time
+      parts.append(f"first step after {self.time_to_first_step:.1f}s")
+    else:
+      steps, seconds = step - self._last[0], now - self._last[1]
+      if steps > 0 and seconds > 0:
+        parts.append(f"{steps * self._batch / seconds:.0f} ex/s")
+      steady_steps = step - self._steady[0]
+      steady_seconds = now - self._steady[1]
+      if steady_steps > 0 and steady_seconds > 0:
+        self.examples_per_second = steady_steps * self._batch / steady_seconds
+        remaining = max(self._total_steps - step, 0)
+        eta = remaining * steady_seconds / steady_steps
+        parts.append(f"ETA {_format_duration(eta)}")
+    self._last = (step, now)
+    print(" | ".join(parts), file=self._stream, flush=True)
+
+
+class EvalProgress:
+  """Prints `eval @ step N | <logs>` after each evaluation."""
+
+  def __init__(self, *, global_step, stream: Optional[TextIO] = None):
+    self._global_step = global_step
+    self._stream = stream or sys.stdout
+    self.last_logs: Dict[str, float] = {}
+
+  def __call__(self, output: Mapping[str, Any]) -> None:
+    self.last_logs = scalars(output)
+    step = int(self._global_step.numpy())
+    print(f"eval @ step {step} | {_format_logs(self.last_logs)}",
+          file=self._stream, flush=True)

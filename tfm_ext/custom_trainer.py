@@ -1,0 +1,207 @@
+"""`CustomTrainer`: TFM's `base_trainer.Trainer` with documented hooks.
+
+Orbit drives the hooks. One `train_and_eval` run calls them in this order
+(Python calls; inside `tf.function` the step-level hooks are traced once and
+then run as a graph):
+
+    for each loop of `steps_per_loop` steps:               # Orbit Controller
+      train_loop_begin()
+      repeat steps_per_loop times:                         # tf.while_loop
+        train_step(iterator)
+          inputs = next_train_inputs(iterator)
+          strategy.run(task.train_step)                    # XLA if enable_xla
+      logs = train_loop_end()                              # -> train actions
+      every validation_interval steps:
+        eval_begin()
+        for each eval batch:
+          logs = eval_step(iterator)
+            inputs, passthrough = next_eval_inputs(iterator)
+            logs = passthrough | strategy.run(task.validation_step)
+          state = eval_reduce(state, logs)                 # task.aggregate_logs
+        logs = eval_end(state)                             # -> eval actions
+
+Override any hook in a subclass and register it with
+`@tfm_ext.register_trainer("name")`; select it with `--trainer=name`.
+"""
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from absl import logging
+import tensorflow as tf
+import tf_keras  # pylint: disable=unused-import
+
+from official.core import base_trainer
+from official.core import train_utils
+from official.modeling import optimization
+
+from tfm_ext import trainers
+
+Logs = Dict[str, Any]
+
+
+@trainers.register_trainer("custom")
+class CustomTrainer(base_trainer.Trainer):
+  """A `base_trainer.Trainer` whose loop pieces are public, documented hooks.
+
+  Differences from TFM's `Trainer`:
+    * `runtime.enable_xla` compiles the task's train step with XLA on every
+      device, CPU included (TFM compiles only when `num_gpus > 0`).
+    * `train_loop_end` reports the learning rate of every optimizer when the
+      model trains with several (`learning_rate/<name>`).
+    * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
+  """
+
+  def __init__(self, config, task, model, optimizer, **kwargs):
+    super().__init__(config, task, model, optimizer, **kwargs)
+    self._task_train_step = task.train_step
+    if config.runtime.enable_xla:
+      self._task_train_step = tf.function(task.train_step, jit_compile=True)
+
+  # -- Training hooks -------------------------------------------------------
+
+  def train_loop_begin(self):
+    """Runs in Python before each loop of `steps_per_loop` steps."""
+    super().train_loop_begin()
+
+  def next_train_inputs(self, iterator) -> Any:
+    """Returns the next training batch; runs on the host, once per step.
+
+    Usually traced into the training loop's graph. Override to filter,
+    restructure or count what reaches the model.
+    """
+    return next(iterator)
+
+  def train_step(self, iterator) -> None:
+    """Runs one training step on every replica; returns nothing.
+
+    Fetches inputs through `next_train_inputs`, then runs `task.train_step`
+    (compiled with XLA when `runtime.enable_xla` is set), updates the training
+    loss and increments the global step.
+    """
+
+    def step_fn(inputs):
+      logs = self._task_train_step(
+          inputs,
+          model=self.model,
+          optimizer=self.optimizer,
+          metrics=self.train_metrics)
+      self.train_loss.update_state(logs[self.task.loss])
+      self.global_step.assign_add(1)
+
+    inputs = self.next_train_inputs(iterator)
+    self.strategy.run(step_fn, args=(inputs,), options=self._runtime_options)
+
+  def train_loop_end(self) -> Logs:
+    """Runs in Python after each training loop; returns the logs to report.
+
+    Returns training metrics, `training_loss`, and the learning rate: under
+    `learning_rate` for one optimizer, under `learning_rate/<name>` for each
+    optimizer of a composite one (an optimizer with an `optimizers` list or
+    dict). Values stay tensors: the controller reads them once per loop.
+    """
+    self.join()
+    logs = {}
+    for metric in self.train_metrics + [self.train_loss]:
+      logs[metric.name] = metric.result()
+      metric.reset_states()
+    logs.update(self.learning_rates())
+    return logs
+
+  def learning_rates(self) -> Logs:
+    """Returns the current learning rate of every optimizer, by stable name."""
+    named = named_optimizers(self.optimizer)
+    if len(named) == 1:
+      return {"learning_rate": _current_learning_rate(
+          next(iter(named.values())), self.global_step)}
+    return {f"learning_rate/{name}": _current_learning_rate(opt,
+                                                            self.global_step)
+            for name, opt in named.items()}
+
+  # -- Evaluation hooks -----------------------------------------------------
+
+  def eval_begin(self):
+    """Runs in Python before each evaluation: resets metrics, swaps in EMA."""
+    super().eval_begin()
+
+  def next_eval_inputs(self, iterator) -> Tuple[Any, Logs]:
+    """Returns `(inputs, passthrough_logs)` for one evaluation step.
+
+    `passthrough_logs` stay on the host (they never reach the accelerator) and
+    are merged into the step's logs, which `eval_reduce` then receives. On a
+    key clash the model's value wins and a warning is logged.
+    """
+    return next(iterator), {}
+
+  def eval_step(self, iterator) -> Logs:
+    """Runs one evaluation step; returns the model's logs plus passthrough."""
+
+    def step_fn(inputs):
+      logs = self.task.validation_step(
+          inputs, model=self.model, metrics=self.validation_metrics)
+      if self.task.loss in logs:
+        self.validation_loss.update_state(logs[self.task.loss])
+      return logs
+
+    inputs, passthrough_logs = self.next_eval_inputs(iterator)
+    outputs = self.strategy.run(step_fn, args=(inputs,))
+    logs = tf.nest.map_structure(self.strategy.experimental_local_results,
+                                 outputs)
+    clash = sorted(set(logs) & set(passthrough_logs))
+    if clash:
+      logging.warning(
+          "Passthrough logs %s clash with the model's logs; the model's values "
+          "are kept.", clash)
+    return {**passthrough_logs, **logs}
+
+  def eval_reduce(self, state=None, step_outputs=None):
+    """Folds one step's logs into the running state (`task.aggregate_logs`)."""
+    return self.task.aggregate_logs(state, step_outputs)
+
+  def eval_end(self, aggregated_logs=None) -> Logs:
+    """Runs after each evaluation; returns the evaluation logs.
+
+    In order: metric results and `validation_loss`; the task's
+    `reduce_aggregated_logs`; the best-checkpoint exporter (which sees the
+    EMA weights when the optimizer averages); then the EMA swap back to the
+    training weights.
+    """
+    self.join()
+    logs = {metric.name: metric.result() for metric in self.validation_metrics}
+    if self.validation_loss.count.numpy() != 0:
+      logs[self.validation_loss.name] = self.validation_loss.result()
+    if aggregated_logs:
+      logs.update(self.task.reduce_aggregated_logs(
+          aggregated_logs, global_step=self.global_step))
+    if self.checkpoint_exporter:
+      self.checkpoint_exporter.maybe_export_checkpoint(
+          self.checkpoint, logs, self.global_step.numpy())
+      metric_name = self.config.trainer.best_checkpoint_eval_metric
+      logs["best_" + metric_name.replace("|", "/")] = (
+          train_utils.get_leaf_nested_dict(
+              self.checkpoint_exporter.best_ckpt_logs, metric_name.split("|")))
+    if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
+      self.optimizer.swap_weights()
+    return logs
+
+
+def named_optimizers(optimizer) -> Mapping[str, Any]:
+  """Returns `{name: optimizer}`; a composite optimizer yields its parts.
+
+  A composite optimizer (TFRS's `CompositeOptimizer`, the RankingTrainer case)
+  exposes `optimizers` as a list or a dict. List entries are named
+  `<index>_<ClassName>`, which stays the same from run to run.
+  """
+  parts = getattr(optimizer, "optimizers", None)
+  if isinstance(parts, Mapping):
+    return dict(parts)
+  if isinstance(parts, (list, tuple)) and parts:
+    return {f"{i}_{type(opt).__name__}": opt for i, opt in enumerate(parts)}
+  return {"": optimizer}
+
+
+def _current_learning_rate(optimizer, global_step: tf.Variable) -> Optional[Any]:
+  lr = optimizer.learning_rate
+  if callable(lr):
+    step = getattr(optimizer, "iterations", None)
+    return lr(global_step if step is None else step)
+  return lr

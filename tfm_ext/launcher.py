@@ -1,0 +1,137 @@
+"""The training driver: TFM's `train.py` flags, plus `--trainer` and `--list`.
+
+A downstream repository forks it in three lines:
+
+    from absl import app
+    import tfm_ext.launcher
+    import my_project.registry_imports  # registers experiments, trainers...
+    app.run(tfm_ext.launcher.main)
+
+Bad input (unknown names, malformed YAML, unknown override keys, bad gin,
+unsplittable batches, empty input patterns, `eval` without a checkpoint)
+prints one paragraph and exits with status 2 before `model_dir` is touched.
+"""
+
+import os
+import sys
+import time
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from official.core import task_factory
+from official.core import train_utils
+
+from tfm_ext import driver
+from tfm_ext import models
+from tfm_ext import modes
+from tfm_ext import params as params_lib
+from tfm_ext import trainers
+from tfm_ext.errors import UsageError
+
+
+
+flags.DEFINE_string("experiment", None, "Registered experiment to run.")
+flags.DEFINE_string("mode", None, f"One of: {', '.join(modes.MODES)}.")
+flags.DEFINE_string("model_dir", None,
+                    "Where checkpoints, summaries and records go.")
+flags.DEFINE_multi_string(
+    "config_file", None,
+    "YAML overrides of the experiment, applied in the order given.")
+flags.DEFINE_string("params_override", None,
+                    "YAML string or file applied after --config_file.")
+flags.DEFINE_multi_string("gin_file", None, "Gin files to parse.")
+flags.DEFINE_multi_string("gin_params", None, "Gin bindings to parse.")
+flags.DEFINE_string("tpu", None, "Cloud TPU name or grpc:// address.")
+flags.DEFINE_string("trainer", None,
+                    "Registered trainer; beats the config and gin.")
+flags.DEFINE_bool("list", False,
+                  "List registered experiments, tasks, trainers and models.")
+
+FLAGS = flags.FLAGS
+
+
+def registered() -> str:
+  """Returns the registered experiments, tasks, trainers and models."""
+  tasks = sorted(cls.__name__ for cls in
+                 task_factory._REGISTERED_TASK_CLS.values())  # pylint: disable=protected-access
+  sections = [("experiments", params_lib.experiment_names()),
+              ("tasks", tasks),
+              ("trainers", trainers.TRAINERS.names()),
+              ("models", models.MODELS.names())]
+  return "\n".join(f"{title}:\n" + "".join(f"  {n}\n" for n in names)
+                   for title, names in sections)
+
+
+def main(argv) -> None:
+  """Runs the experiment the flags describe; see the module docstring."""
+  del argv
+  if FLAGS.list:
+    print(registered(), end="")
+    return
+  try:
+    request = _request()
+    plan = driver.prepare(request)
+  except UsageError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(UsageError.EXIT_CODE)
+  _log_to_files(request.model_dir)
+  summary = driver.run(plan)
+  train_utils.save_gin_config(request.mode, request.model_dir)
+  path = summary.write(request.model_dir)
+  logging.info("Run summary: %s", path)
+  print(f"done | {request.mode} | step {summary.global_step} | "
+        f"{summary.wall_seconds:.1f}s | summary {path}")
+
+
+def _log_to_files(model_dir: str) -> None:
+  """Keeps the console to progress lines and warnings; the rest goes to a file.
+
+  The full absl log goes to `model_dir/logs/`. `--alsologtostderr` or
+  `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
+  """
+  if FLAGS.logtostderr or FLAGS.alsologtostderr:
+    return
+  log_dir = os.path.join(model_dir, "logs")
+  os.makedirs(log_dir, exist_ok=True)
+  logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
+  # TensorFlow's Python logger has a stderr handler of its own; without it
+  # its records reach the absl handler, and so the file, like the others.
+  tf_logger = tf.get_logger()
+  for handler in list(tf_logger.handlers):
+    tf_logger.removeHandler(handler)
+  if not FLAGS["stderrthreshold"].present:
+    FLAGS.stderrthreshold = "warning"
+
+
+def _process_start_time() -> float:
+  """When this process started (Linux: from /proc), else when we got here."""
+  try:
+    with open("/proc/self/stat") as f:
+      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return time.time()
+
+
+def _request() -> driver.RunRequest:
+  missing = [name for name in ("experiment", "mode", "model_dir")
+             if not FLAGS[name].value]
+  if missing:
+    raise UsageError("Missing required flags: " + ", ".join(
+        f"--{m}" for m in missing) + ". (--list shows what is registered.)")
+  modes.get_mode(FLAGS.mode)
+  params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
+  params = params_lib.build(params_lib.ConfigSources(
+      experiment=FLAGS.experiment,
+      config_files=FLAGS.config_file or (),
+      params_override=FLAGS.params_override or "",
+      tpu=FLAGS.tpu or "",
+      trainer=FLAGS.trainer or ""))
+  return driver.RunRequest(
+      experiment=FLAGS.experiment, mode=FLAGS.mode,
+      model_dir=os.path.expanduser(FLAGS.model_dir), params=params,
+      start_time=_process_start_time())

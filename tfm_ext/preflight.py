@@ -1,0 +1,57 @@
+"""Checks that need the strategy or the file system, run before any write.
+
+Each failure raises `UsageError`, so a bad run ends before anything is
+written to `model_dir` and before any model is built.
+"""
+
+from typing import Iterable, List
+
+import tensorflow as tf
+
+from official.core import config_definitions
+
+from tfm_ext.errors import UsageError
+
+
+def check(params: config_definitions.ExperimentConfig, *, trains: bool,
+          evaluates: bool, needs_checkpoint: bool, model_dir: str,
+          num_replicas: int) -> None:
+  """Raises `UsageError` for the first problem a run would hit later."""
+  datasets = []
+  if trains:
+    datasets.append(("task.train_data", params.task.train_data))
+  if evaluates:
+    datasets.append(("task.validation_data", params.task.validation_data))
+  for where, data in datasets:
+    _check_batch(where, data, num_replicas)
+    _check_input_path(where, data)
+  if needs_checkpoint and not tf.train.latest_checkpoint(model_dir):
+    raise UsageError(
+        f"No checkpoint in --model_dir={model_dir!r} to evaluate. Train first "
+        "(--mode=train or train_and_eval), or point --model_dir at a "
+        "directory that holds checkpoints.")
+
+
+def _check_batch(where: str, data, num_replicas: int) -> None:
+  batch = getattr(data, "global_batch_size", None)
+  if batch and batch % num_replicas:
+    raise UsageError(
+        f"{where}.global_batch_size={batch} cannot be split evenly across "
+        f"{num_replicas} replicas; use a multiple of {num_replicas}.")
+
+
+def _patterns(input_path) -> List[str]:
+  if isinstance(input_path, str):
+    return [p for p in input_path.split(",") if p]
+  if isinstance(input_path, Iterable):
+    return [p for item in input_path for p in _patterns(item)]
+  return []  # A Config of named paths (combined datasets): the task checks.
+
+
+def _check_input_path(where: str, data) -> None:
+  if getattr(data, "tfds_name", ""):
+    return
+  for pattern in _patterns(getattr(data, "input_path", "")):
+    if not tf.io.gfile.glob(pattern):
+      raise UsageError(
+          f"{where}.input_path pattern {pattern!r} matches no file.")

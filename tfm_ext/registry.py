@@ -1,0 +1,80 @@
+"""A name -> object registry whose failed lookups list what is registered.
+
+TFM keeps experiments and tasks in `exp_factory` / `task_factory`; trainers and
+models live here, one `Registry` each (see `tfm_ext.trainers` and
+`tfm_ext.models`).
+"""
+
+import difflib
+from typing import Callable, Dict, Generic, List, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(LookupError):
+  """A lookup or registration that a user can fix by changing a name."""
+
+
+def unknown_name_message(kind: str, name: str, known: List[str]) -> str:
+  """Says that `name` is not a known `kind`, lists the known ones and a guess."""
+  message = f"Unknown {kind} {name!r}."
+  close = difflib.get_close_matches(name, known, n=1)
+  if close:
+    message += f" Did you mean {close[0]!r}?"
+  listed = ", ".join(repr(k) for k in known) if known else "(none)"
+  return message + f" Registered {kind}s: {listed}."
+
+
+class Registry(Generic[T]):
+  """Maps names to objects; registering a name twice raises.
+
+  >>> trainers = Registry("trainer")
+  >>> @trainers.register("mine")
+  ... class MyTrainer: ...
+  >>> trainers.get("mine") is MyTrainer
+  True
+  """
+
+  def __init__(self, kind: str):
+    self._kind = kind
+    self._entries: Dict[str, T] = {}
+
+  @property
+  def kind(self) -> str:
+    return self._kind
+
+  def register(self, name: str) -> Callable[[T], T]:
+    """Returns a decorator that registers its argument under `name`."""
+    if not isinstance(name, str) or not name:
+      raise RegistryError(f"A {self._kind} name must be a non-empty string, "
+                          f"got {name!r}.")
+
+    def decorator(obj: T) -> T:
+      if name in self._entries:
+        raise RegistryError(
+            f"{self._kind} {name!r} is already registered (to "
+            f"{_qualname(self._entries[name])}); cannot register "
+            f"{_qualname(obj)} under the same name.")
+      self._entries[name] = obj
+      return obj
+
+    return decorator
+
+  def get(self, name: str) -> T:
+    """Returns the object registered as `name`, or raises `RegistryError`."""
+    try:
+      return self._entries[name]
+    except KeyError:
+      raise RegistryError(
+          unknown_name_message(self._kind, name, self.names())) from None
+
+  def names(self) -> List[str]:
+    return sorted(self._entries)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._entries
+
+
+def _qualname(obj) -> str:
+  module = getattr(obj, "__module__", "?")
+  return f"{module}.{getattr(obj, '__qualname__', repr(obj))}"
