@@ -57,3 +57,27 @@ def launch(data_dir):
     return Result(proc, str(model_dir))
 
   return run
+
+
+sys.path.insert(0, os.path.join(REPO, "tests", "downstream"))
+
+
+@pytest.fixture
+def run_in_process(data_dir):
+  """Runs the driver in this process; returns `(RunSummary, params)`.
+
+  For tests that inspect live objects (a trainer's recorded hook calls).
+  """
+  import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+  import downstream_registry  # pylint: disable=g-import-not-at-top,unused-import
+  from tfm_ext import driver, params as params_lib  # pylint: disable=g-import-not-at-top
+
+  def run(experiment, mode, model_dir, override="", trainer=""):
+    params = params_lib.build(params_lib.ConfigSources(
+        experiment=experiment, params_override=override, trainer=trainer))
+    plan = driver.prepare(driver.RunRequest(
+        experiment=experiment, mode=mode, model_dir=str(model_dir),
+        params=params))
+    return driver.run(plan), params
+
+  return run

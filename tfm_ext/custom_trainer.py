@@ -24,7 +24,7 @@ Override any hook in a subclass and register it with
 `@tfm_ext.register_trainer("name")`; select it with `--trainer=name`.
 """
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -44,8 +44,8 @@ class CustomTrainer(base_trainer.Trainer):
   """A `base_trainer.Trainer` whose loop pieces are public, documented hooks.
 
   Differences from TFM's `Trainer`:
-    * `runtime.enable_xla` compiles the task's train step with XLA on every
-      device, CPU included (TFM compiles only when `num_gpus > 0`).
+    * `runtime.enable_xla` compiles the train step with XLA on CPU too (TFM
+      compiles only when `num_gpus > 0`); see `_build_xla_step`.
     * `train_loop_end` reports the learning rate of every optimizer when the
       model trains with several (`learning_rate/<name>`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
@@ -54,8 +54,22 @@ class CustomTrainer(base_trainer.Trainer):
   def __init__(self, config, task, model, optimizer, **kwargs):
     super().__init__(config, task, model, optimizer, **kwargs)
     self._task_train_step = task.train_step
+    self._run_replicas = self._run_replicas_eagerly_or_traced
     if config.runtime.enable_xla:
-      self._task_train_step = tf.function(task.train_step, jit_compile=True)
+      self._build_xla_step()
+
+  def _build_xla_step(self):
+    """Compiles the task step, or the whole replicated step, with XLA."""
+    where = xla_scope(self.strategy.extended.worker_devices)
+    if where == "task_step":
+      self._task_train_step = tf.function(self.task.train_step,
+                                          jit_compile=True)
+    elif where == "replicated_step":
+      self._run_replicas = tf.function(self._run_replicas_eagerly_or_traced,
+                                       jit_compile=True)
+    else:
+      raise ValueError(xla_unsupported_message(
+          self.strategy.extended.worker_devices))
 
   # -- Training hooks -------------------------------------------------------
 
@@ -79,6 +93,9 @@ class CustomTrainer(base_trainer.Trainer):
     loss and increments the global step.
     """
 
+    self._run_replicas(self.next_train_inputs(iterator))
+
+  def _run_replicas_eagerly_or_traced(self, inputs):
     def step_fn(inputs):
       logs = self._task_train_step(
           inputs,
@@ -88,7 +105,6 @@ class CustomTrainer(base_trainer.Trainer):
       self.train_loss.update_state(logs[self.task.loss])
       self.global_step.assign_add(1)
 
-    inputs = self.next_train_inputs(iterator)
     self.strategy.run(step_fn, args=(inputs,), options=self._runtime_options)
 
   def train_loop_end(self) -> Logs:
@@ -184,6 +200,29 @@ class CustomTrainer(base_trainer.Trainer):
     return logs
 
 
+def xla_scope(devices: Sequence[str]) -> Optional[str]:
+  """Says what XLA can compile on `devices`, or None if nothing.
+
+  A task step applies gradients, which synchronizes replicas. TensorFlow lets
+  a compiled function synchronize only on GPUs (TFM's case): there each
+  replica's task step is compiled ("task_step"). On a single device (CPU
+  included) the whole `strategy.run` is compiled, so the synchronization
+  happens inside the compiled function ("replicated_step").
+  """
+  if all("GPU" in d.upper() for d in devices):
+    return "task_step"
+  if len(devices) == 1:
+    return "replicated_step"
+  return None
+
+
+def xla_unsupported_message(devices: Sequence[str]) -> str:
+  return (f"runtime.enable_xla=true cannot compile a step replicated over "
+          f"{len(devices)} non-GPU devices {list(devices)}: TensorFlow "
+          "compiles replica synchronization only on GPUs. Use one device or "
+          "set runtime.enable_xla=false.")
+
+
 def named_optimizers(optimizer) -> Mapping[str, Any]:
   """Returns `{name: optimizer}`; a composite optimizer yields its parts.
 
@@ -192,8 +231,8 @@ def named_optimizers(optimizer) -> Mapping[str, Any]:
   `<index>_<ClassName>`, which stays the same from run to run.
   """
   parts = getattr(optimizer, "optimizers", None)
-  if isinstance(parts, Mapping):
-    return dict(parts)
+  if hasattr(parts, "items"):  # A dict, or tf.Module's tracking wrapper of one.
+    return dict(parts.items())
   if isinstance(parts, (list, tuple)) and parts:
     return {f"{i}_{type(opt).__name__}": opt for i, opt in enumerate(parts)}
   return {"": optimizer}

@@ -99,7 +99,7 @@ def prepare(request: RunRequest) -> Plan:
   preflight.check(params, trains=mode.trains, evaluates=mode.evaluates,
                   needs_checkpoint=mode.needs_checkpoint,
                   model_dir=request.model_dir,
-                  num_replicas=strategy.num_replicas_in_sync)
+                  strategy=strategy)
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,
               strategy=strategy)
 

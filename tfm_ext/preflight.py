@@ -10,13 +10,19 @@ import tensorflow as tf
 
 from official.core import config_definitions
 
+from tfm_ext import custom_trainer
 from tfm_ext.errors import UsageError
 
 
 def check(params: config_definitions.ExperimentConfig, *, trains: bool,
           evaluates: bool, needs_checkpoint: bool, model_dir: str,
-          num_replicas: int) -> None:
+          strategy: tf.distribute.Strategy) -> None:
   """Raises `UsageError` for the first problem a run would hit later."""
+  devices = strategy.extended.worker_devices
+  if (trains and params.runtime.enable_xla
+      and custom_trainer.xla_scope(devices) is None):
+    raise UsageError(custom_trainer.xla_unsupported_message(devices))
+  num_replicas = strategy.num_replicas_in_sync
   datasets = []
   if trains:
     datasets.append(("task.train_data", params.task.train_data))

@@ -1,0 +1,122 @@
+"""Bad input: one clear paragraph, exit 2, no traceback, model_dir untouched."""
+
+import os
+import textwrap
+
+import pytest
+
+from conftest import REPO, SMOKE
+
+EXP = "--experiment=digits_convnet"
+
+
+def assert_clean_usage_error(run, *fragments):
+  assert run.returncode == 2, run
+  assert "Traceback" not in run.stderr, run
+  error = [l for l in run.stderr.splitlines() if l.startswith("error: ")]
+  assert len(error) == 1, run
+  for fragment in fragments:
+    assert fragment in error[0], run
+  assert not os.path.exists(run.model_dir), "model_dir was written"
+
+
+def test_unknown_experiment_suggests_closest(launch, tmp_path):
+  run = launch("--experiment=digits_convnett", "--mode=train",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown experiment 'digits_convnett'",
+                           "Did you mean 'digits_convnet'?")
+
+
+def test_unknown_trainer_lists_trainers(launch, tmp_path):
+  run = launch(EXP, "--mode=train", "--trainer=custum",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown trainer 'custum'",
+                           "Did you mean 'custom'?", "'tfm_base'")
+
+
+def test_unknown_mode_lists_modes(launch, tmp_path):
+  # TFM's flag enum accepts this one and train_lib then cannot run it.
+  run = launch(EXP, "--mode=continuous_train_and_eval",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown mode 'continuous_train_and_eval'",
+                           "'train_and_eval'", "'continuous_eval'")
+
+
+def test_malformed_yaml_config_file_is_named(launch, tmp_path):
+  bad = tmp_path / "bad.yaml"
+  bad.write_text("trainer:\n  train_steps: [10\n")
+  run = launch(EXP, "--mode=train", f"--config_file={bad}",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, f"--config_file '{bad}' is not valid YAML")
+
+
+def test_override_of_missing_key_names_the_key(launch, tmp_path):
+  run = launch(EXP, "--mode=train", "--params_override=trainer.trian_steps=5",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "--params_override", "'trian_steps'")
+
+
+def test_bad_gin_binding(launch, tmp_path):
+  run = launch(EXP, "--mode=train", "--gin_params=no_such_configurable.x = 1",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Bad gin configuration", "no_such_configurable")
+
+
+def test_input_pattern_matching_no_file(launch, tmp_path):
+  pattern = str(tmp_path / "nowhere" / "train-*.tfrecord")
+  run = launch(EXP, "--mode=train",
+               f"--params_override=task.train_data.input_path={pattern}",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "task.train_data.input_path", pattern,
+                           "matches no file")
+
+
+def test_eval_without_checkpoint(launch, tmp_path):
+  run = launch(EXP, "--mode=eval", model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "No checkpoint in --model_dir")
+
+
+def test_global_batch_not_divisible_by_replicas(launch, tmp_path):
+  # Two logical CPUs and `mirrored` give two replicas; 63 does not split.
+  script = tmp_path / "two_cpus.py"
+  script.write_text(textwrap.dedent(f"""
+      import sys
+      import tensorflow as tf
+      cpu = tf.config.list_physical_devices("CPU")[0]
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+      sys.argv[0] = {os.path.join(REPO, "launchers", "train.py")!r}
+      from absl import app
+      import tfm_ext.launcher
+      import registry_imports
+      app.run(tfm_ext.launcher.main)
+  """))
+  run = launch(EXP, "--mode=train", "--params_override="
+               "runtime.distribution_strategy=mirrored,"
+               "task.train_data.global_batch_size=63",
+               model_dir=tmp_path / "m", script=str(script))
+  assert_clean_usage_error(run, "task.train_data.global_batch_size=63",
+                           "2 replicas")
+
+
+def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
+  script = tmp_path / "buggy.py"
+  script.write_text(textwrap.dedent("""
+      from absl import app
+      import tfm_ext
+      import tfm_ext.launcher
+      import registry_imports
+
+      @tfm_ext.register_trainer("buggy")
+      class Buggy(tfm_ext.CustomTrainer):
+        def train_loop_end(self):
+          return {"ratio": 1 / 0}
+
+      app.run(tfm_ext.launcher.main)
+  """))
+  run = launch(EXP, "--mode=train", "--trainer=buggy",
+               f"--params_override={SMOKE}", model_dir=tmp_path / "m",
+               script=str(script))
+  assert run.returncode != 0
+  assert "Traceback" in run.stderr and "ZeroDivisionError" in run.stderr, run
+  assert "train_loop_end" in run.stderr

@@ -1,0 +1,127 @@
+"""CustomTrainer's hooks on real runs: order, counts, XLA, optimizers, passthrough."""
+
+import pytest
+import tensorflow as tf
+
+import downstream_registry
+import tfm_ext
+
+EAGER = ("trainer.train_tf_function=false,trainer.eval_tf_function=false,"
+         "trainer.train_tf_while_loop=false,")
+
+
+def test_hooks_run_in_documented_order_and_number(run_in_process, tmp_path):
+  # Eager loops, so every step is a Python call that the trainer records.
+  override = EAGER + ("trainer.train_steps=10,trainer.steps_per_loop=5,"
+                      "trainer.validation_interval=10,trainer.validation_steps=2,"
+                      "trainer.summary_interval=5,trainer.checkpoint_interval=5")
+  summary, _ = run_in_process("digits_convnet", "train_and_eval",
+                              tmp_path / "m", override, trainer="recording")
+  trainer = downstream_registry.RecordingTrainer.instances[-1]
+
+  def loop(steps):
+    return (["train_loop_begin"] + ["train_step", "next_train_inputs"] * steps
+            + ["train_loop_end"])
+
+  # The first loop of a process runs one step, later loops end on multiples
+  # of steps_per_loop (1, then 4 to step 5, then 5 to step 10).
+  expected = loop(1) + loop(4) + loop(5)
+  expected += (["eval_begin"]
+               + ["eval_step", "next_eval_inputs", "eval_reduce"] * 2
+               + ["eval_end"])
+  assert trainer.calls == expected
+  assert summary.global_step == 10
+  assert summary.train_metrics["downstream/loop_ends"] == 3.0
+
+
+def test_enable_xla_compiles_the_task_step_on_cpu(run_in_process, tmp_path):
+  override = ("runtime.enable_xla=true,trainer.train_steps=20,"
+              "trainer.steps_per_loop=10,trainer.validation_interval=20")
+  summary, _ = run_in_process("digits_convnet", "train", tmp_path / "m",
+                              override, trainer="recording")
+  trainer = downstream_registry.RecordingTrainer.instances[-1]
+  # On one CPU device XLA compiles the whole replicated step.
+  step_fn = trainer._run_replicas  # pylint: disable=protected-access
+  assert isinstance(step_fn, tf.types.experimental.GenericFunction)
+  # The compiled step's HLO exists only if XLA really compiled it.
+  inputs = (tf.zeros([4, 8, 8, 1]), tf.zeros([4], tf.int32))
+  with trainer.strategy.scope():
+    hlo = step_fn.experimental_get_compiler_ir(inputs)(stage="hlo")
+  assert "HloModule" in hlo and "convolution" in hlo
+  assert summary.global_step == 20
+  assert summary.train_metrics["training_loss"] < 2.3
+
+
+def test_xla_path_rejects_an_op_xla_cannot_compile(run_in_process, tmp_path):
+  """Without XLA the string op runs; with XLA the same step must fail."""
+  original = downstream_registry.TwoOptimizerTask.train_step
+
+  def train_step(self, inputs, model, optimizer, metrics=None):
+    tf.strings.as_string(tf.constant(1))  # No XLA kernel for AsString.
+    return original(self, inputs, model, optimizer, metrics)
+
+  downstream_registry.TwoOptimizerTask.train_step = train_step
+  try:
+    base = "trainer.train_steps=2,trainer.steps_per_loop=1,"
+    summary, _ = run_in_process("digits_two_optimizers", "train",
+                                tmp_path / "no_xla", base)
+    assert summary.global_step == 2
+    with pytest.raises(tf.errors.InvalidArgumentError, match="XLA|compil"):
+      run_in_process("digits_two_optimizers", "train", tmp_path / "xla",
+                     base + "runtime.enable_xla=true")
+  finally:
+    downstream_registry.TwoOptimizerTask.train_step = original
+
+
+def test_every_optimizer_learning_rate_is_logged(run_in_process, tmp_path):
+  override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
+              "trainer.validation_interval=20")
+  summary, _ = run_in_process("digits_two_optimizers", "train_and_eval",
+                              tmp_path / "m", override)
+  logs = summary.train_metrics
+  assert "learning_rate" not in logs
+  # Body: polynomial decay 0.05 -> 0 over 100 steps. A Keras 2 optimizer
+  # reports the rate it applied last: at the 20th step, iteration 19.
+  assert logs["learning_rate/body"] == pytest.approx(0.05 * 0.81, rel=1e-5)
+  assert logs["learning_rate/head"] == pytest.approx(0.002, rel=1e-6)
+  assert summary.eval_metrics["accuracy"] > 0.15  # Chance is 0.1.
+
+
+def test_single_optimizer_keeps_tfm_learning_rate_key(run_in_process, tmp_path):
+  summary, _ = run_in_process(
+      "digits_convnet", "train", tmp_path / "m",
+      "trainer.train_steps=10,trainer.steps_per_loop=10")
+  assert "learning_rate" in summary.train_metrics
+  assert not [k for k in summary.train_metrics if k.startswith("learning_rate/")]
+
+
+@tfm_ext.register_trainer("passthrough")
+class PassthroughTrainer(tfm_ext.CustomTrainer):
+  """Sends a host-side count and a clashing key through next_eval_inputs."""
+
+  reduced = []
+
+  def next_eval_inputs(self, iterator):
+    inputs, logs = super().next_eval_inputs(iterator)
+    logs["host_batch_size"] = tf.shape(inputs[0])[0]
+    logs["loss"] = tf.constant(-1.0)  # Clashes with the task's loss key.
+    return inputs, logs
+
+  def eval_reduce(self, state=None, step_outputs=None):
+    PassthroughTrainer.reduced.append(step_outputs)
+    return super().eval_reduce(state, step_outputs)
+
+
+def test_passthrough_logs_merge_and_model_keys_win(run_in_process, tmp_path,
+                                                   caplog):
+  override = ("trainer.train_steps=10,trainer.steps_per_loop=10,"
+              "trainer.validation_interval=10")
+  run_in_process("digits_convnet", "train_and_eval", tmp_path / "m", override,
+                 trainer="passthrough")
+  outputs = PassthroughTrainer.reduced
+  assert len(outputs) == 3  # 360 validation images in batches of 120.
+  for logs in outputs:
+    assert int(logs["host_batch_size"]) == 120
+    loss = tf.nest.flatten(logs["loss"])[0]
+    assert float(loss) > 0  # The model's loss, not the passthrough's -1.
+  assert "clash with the model's logs" in caplog.text

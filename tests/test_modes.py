@@ -1,0 +1,91 @@
+"""Every mode of the launcher, end to end on digits_convnet, in subprocesses."""
+
+import glob
+import hashlib
+import os
+import time
+
+import tensorflow as tf
+
+from conftest import SMOKE
+
+
+def _read(path):
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
+  model_dir = tmp_path / "digits"
+  run = launch("--experiment=digits_convnet", "--mode=train_and_eval",
+               model_dir=model_dir)
+  assert run.returncode == 0, run
+  summary = run.summary()
+  assert summary["trainer"] == "custom"
+  assert summary["global_step"] == 500
+  assert summary["eval_metrics"]["accuracy"] >= 0.97, summary
+  assert summary["examples_per_second"] > 0
+  assert 0 < summary["time_to_first_step_seconds"] < summary["wall_seconds"]
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-500")
+  assert glob.glob(str(model_dir / "train" / "events.out.tfevents.*"))
+  assert glob.glob(str(model_dir / "validation" / "events.out.tfevents.*"))
+  assert (model_dir / "best_ckpt" / "info.json").exists()
+  assert tf.train.latest_checkpoint(str(model_dir / "best_ckpt"))
+  assert "name: custom" in (model_dir / "params.yaml").read_text()
+  assert (model_dir / "operative_config.train_and_eval.gin").exists()
+  # One console line per event: 11 train loops (1, 50, ..., 500), 5 evals.
+  lines = run.stdout.splitlines()
+  assert len([l for l in lines if l.startswith("step ")]) == 11, run.stdout
+  assert len([l for l in lines if l.startswith("eval @ step")]) == 5
+  assert "step 500/500" in run.stdout and "ex/s" in run.stdout
+  assert "ETA" in run.stdout
+  assert "train | step:" not in run.stdout  # Orbit's own lines: log only.
+
+
+def test_train_then_eval_then_continuous_eval(launch, tmp_path):
+  model_dir = tmp_path / "m"
+  train = launch("--experiment=digits_convnet", "--mode=train",
+                 f"--params_override={SMOKE}", model_dir=model_dir)
+  assert train.returncode == 0, train
+  assert train.summary()["global_step"] == 40
+  assert train.summary()["eval_metrics"] == {}
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-40")
+  params_hash = _read(model_dir / "params.yaml")
+
+  evaluate = launch("--experiment=digits_convnet", "--mode=eval",
+                    f"--params_override={SMOKE}", model_dir=model_dir)
+  assert evaluate.returncode == 0, evaluate
+  summary = evaluate.summary()
+  assert summary["mode"] == "eval" and summary["global_step"] == 40
+  assert 0.0 < summary["eval_metrics"]["accuracy"] <= 1.0
+  assert _read(model_dir / "params.yaml") == params_hash  # eval never writes it
+  assert (model_dir / "operative_config.eval.gin").exists()
+
+  start = time.monotonic()
+  continuous = launch("--experiment=digits_convnet", "--mode=continuous_eval",
+                      f"--params_override={SMOKE}", model_dir=model_dir)
+  assert continuous.returncode == 0, continuous
+  # The final checkpoint exists, so it must not wait for the 60 s timeout.
+  assert time.monotonic() - start < 45
+  summary = continuous.summary()
+  assert summary["mode"] == "continuous_eval"
+  assert summary["eval_metrics"]["accuracy"] > 0
+  assert _read(model_dir / "params.yaml") == params_hash
+
+
+def test_train_and_post_eval_evaluates_once_after_training(launch, tmp_path):
+  run = launch("--experiment=digits_convnet", "--mode=train_and_post_eval",
+               f"--params_override={SMOKE}", model_dir=tmp_path / "m")
+  assert run.returncode == 0, run
+  assert run.summary()["global_step"] == 40
+  assert "accuracy" in run.summary()["eval_metrics"]
+  assert run.stdout.count("eval @ step 40") == 1
+
+
+def test_list_shows_every_registry(launch, tmp_path):
+  run = launch("--list", model_dir=tmp_path / "unused")
+  assert run.returncode == 0, run
+  for expected in ("experiments:", "digits_convnet", "tasks:", "DigitsTask",
+                   "trainers:", "custom", "tfm_base", "models:"):
+    assert expected in run.stdout
+  assert not os.path.exists(tmp_path / "unused")
