@@ -201,6 +201,7 @@ def get_config() -> cfg.ExperimentConfig:
           best_checkpoint_export_subdir="best_ckpt",
           best_checkpoint_eval_metric="accuracy",
           best_checkpoint_metric_comp="higher",
+          best_checkpoint_top_k=3,
           continuous_eval_timeout=60,
           optimizer_config=optimization.OptimizationConfig({
               "optimizer": {"type": "adam"},

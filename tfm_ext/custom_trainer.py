@@ -35,6 +35,7 @@ from official.core import train_utils
 from official.modeling import optimization
 
 from tfm_ext import trainers
+from tfm_ext.errors import RunFailed
 
 Logs = Dict[str, Any]
 
@@ -53,6 +54,11 @@ class CustomTrainer(base_trainer.Trainer):
 
   def __init__(self, config, task, model, optimizer, **kwargs):
     super().__init__(config, task, model, optimizer, **kwargs)
+    # The first step whose loss was not finite (0: none yet). Set inside the
+    # step without a host sync, read once per loop by `train_loop_end`.
+    self._first_nonfinite_step = tf.Variable(
+        0, dtype=tf.int64, trainable=False,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     self._task_train_step = task.train_step
     self._run_replicas = self._run_replicas_eagerly_or_traced
     if config.runtime.enable_xla:
@@ -102,20 +108,32 @@ class CustomTrainer(base_trainer.Trainer):
           model=self.model,
           optimizer=self.optimizer,
           metrics=self.train_metrics)
-      self.train_loss.update_state(logs[self.task.loss])
+      loss = logs[self.task.loss]
+      self.train_loss.update_state(loss)
       self.global_step.assign_add(1)
+      first_bad = tf.logical_and(
+          tf.logical_not(tf.reduce_all(tf.math.is_finite(loss))),
+          tf.equal(self._first_nonfinite_step, 0))
+      self._first_nonfinite_step.assign(
+          tf.where(first_bad, tf.cast(self.global_step, tf.int64),
+                   self._first_nonfinite_step))
 
     self.strategy.run(step_fn, args=(inputs,), options=self._runtime_options)
 
   def train_loop_end(self) -> Logs:
     """Runs in Python after each training loop; returns the logs to report.
 
+    Raises `RunFailed` naming the first step whose loss was NaN or infinite.
     Returns training metrics, `training_loss`, and the learning rate: under
     `learning_rate` for one optimizer, under `learning_rate/<name>` for each
     optimizer of a composite one (an optimizer with an `optimizers` list or
     dict). Values stay tensors: the controller reads them once per loop.
     """
     self.join()
+    bad_step = int(self._first_nonfinite_step.numpy())
+    if bad_step:
+      raise RunFailed(
+          f"The training loss is not finite (NaN or inf) at step {bad_step}.")
     logs = {}
     for metric in self.train_metrics + [self.train_loss]:
       logs[metric.name] = metric.result()

@@ -7,10 +7,14 @@ controller), runs the mode from `tfm_ext.modes`, and returns a `RunSummary`.
 """
 
 import dataclasses
+import os
 import time
+from typing import Optional
 
+from absl import logging
 import orbit
 import tensorflow as tf
+import tf_keras
 
 from official.common import distribute_utils
 from official.core import config_definitions
@@ -19,10 +23,15 @@ from official.core import train_lib
 from official.core import train_utils
 from official.modeling import performance
 
+from tfm_ext import best_checkpoint
 from tfm_ext import console
+from tfm_ext import continuous_eval
 from tfm_ext import modes
+from tfm_ext import preemption
 from tfm_ext import preflight
+from tfm_ext import run_summary
 from tfm_ext import trainers
+from tfm_ext.errors import RunFailed
 from tfm_ext.run_summary import RunSummary
 
 
@@ -104,51 +113,154 @@ def prepare(request: RunRequest) -> Plan:
               strategy=strategy)
 
 
-def run(plan: Plan) -> RunSummary:
-  """Builds the task and trainer, runs the mode; returns what happened."""
+@dataclasses.dataclass(frozen=True)
+class Recovery:
+  """In-process recovery from transient errors."""
+  max_restarts: int = 3
+  backoff_seconds: float = 2.0
+
+
+# Errors after which a rebuilt strategy, task and trainer can go on from the
+# latest checkpoint: a lost peer or an aborted collective. Anything else is
+# a bug or bad data and fails at once with its traceback.
+TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
+
+
+def run_with_recovery(request: RunRequest, recovery: Recovery = Recovery(),
+                      watcher: Optional[preemption.SignalWatcher] = None,
+                      sleep=time.sleep) -> RunSummary:
+  """Runs `request`, rebuilding and resuming after transient errors.
+
+  Restarts at most `recovery.max_restarts` times, waiting
+  `backoff_seconds * 2**n` before the n-th, each logged with its cause.
+  """
+  restarts = 0
+  while True:
+    plan = prepare(request)
+    try:
+      summary = run(plan, watcher=watcher)
+    except TRANSIENT_ERRORS as e:
+      if restarts >= recovery.max_restarts:
+        raise
+      restarts += 1
+      delay = recovery.backoff_seconds * 2 ** (restarts - 1)
+      message = (f"restart {restarts}/{recovery.max_restarts} after "
+                 f"{type(e).__name__}: {str(e).splitlines()[0]}; resuming "
+                 f"from the latest checkpoint in {delay:.1f}s")
+      logging.warning(message)
+      print(message, flush=True)
+      tf_keras.backend.clear_session()
+      sleep(delay)
+      continue
+    summary.restarts = restarts
+    return summary
+
+
+def run(plan: Plan,
+        watcher: Optional[preemption.SignalWatcher] = None) -> RunSummary:
+  """Builds the task and trainer, runs the mode; returns what happened.
+
+  Raises `preemption.Preempted` after a signal (its checkpoint saved) and
+  `RunFailed` for corrupt input data; both carry the run summary as
+  `.summary`.
+  """
   request, mode, strategy = plan.request, plan.mode, plan.strategy
   params, model_dir = request.params, request.model_dir
+  watcher = watcher or preemption.SignalWatcher(signals=())
 
   if mode.trains:
     # Only training writes params.yaml: an evaluator beside the trainer on
     # the same model_dir must not race it for the file.
     train_utils.serialize_config(params, model_dir)
+    continuous_eval.clear_training_complete(model_dir)
   if params.runtime.mixed_precision_dtype:
     performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
   console.quiet_orbit_controller()
 
   with strategy.scope():
     task = task_factory.get_task(params.task, logging_dir=model_dir)
-    exporter = None
-    if mode.evaluates:
-      exporter = train_lib.maybe_create_best_ckpt_exporter(params, model_dir)
+    exporter = (best_checkpoint.maybe_create(params, model_dir)
+                if mode.evaluates else None)
     trainer = train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=mode.evaluates,
         checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
 
+  summaries = _summary_managers(params, model_dir, trainer.global_step)
   progress = console.TrainProgress(
       global_step=trainer.global_step,
       total_steps=params.trainer.train_steps,
       global_batch_size=params.task.train_data.global_batch_size,
       start_time=request.start_time)
   eval_progress = console.EvalProgress(global_step=trainer.global_step)
+  runner = None
+
+  def stop_action(summary_manager):
+    return preemption.SaveAndStopIfPreempted(
+        watcher=watcher, checkpoint_manager=lambda: runner.checkpoint_manager,
+        global_step=trainer.global_step, summary_manager=summary_manager)
+
   runner = train_lib.OrbitExperimentRunner(
       distribution_strategy=strategy, task=task, mode=request.mode,
       params=params, model_dir=model_dir, trainer=trainer,
-      train_actions=[progress] if mode.trains else [],
-      eval_actions=[eval_progress], controller_cls=_controller)
+      train_actions=([progress, stop_action(summaries[0])]
+                     if mode.trains else []),
+      # An evaluator must never write checkpoints: only training modes save.
+      eval_actions=([eval_progress, stop_action(summaries[1])]
+                    if mode.trains else [eval_progress]),
+      controller_cls=_controller, summary_manager=summaries[0],
+      eval_summary_manager=summaries[1])
+  restored_step = int(trainer.global_step.numpy())
+  resumes = (run_summary.record_training_start(model_dir, restored_step)
+             if mode.trains else 0)
 
-  with strategy.scope():
-    mode.run(runner.controller, params)
+  def summary(status: str) -> RunSummary:
+    return RunSummary(
+        experiment=request.experiment,
+        mode=request.mode,
+        trainer=params.trainer.name,
+        status=status,
+        global_step=int(trainer.global_step.numpy()),
+        train_steps=params.trainer.train_steps,
+        resumed_from_step=restored_step,
+        resumes=resumes,
+        train_metrics=progress.last_logs,
+        eval_metrics=eval_progress.last_logs,
+        examples_per_second=progress.examples_per_second,
+        time_to_first_step_seconds=progress.time_to_first_step,
+        wall_seconds=time.time() - request.start_time)
 
-  return RunSummary(
-      experiment=request.experiment,
-      mode=request.mode,
-      trainer=params.trainer.name,
-      global_step=int(trainer.global_step.numpy()),
-      train_steps=params.trainer.train_steps,
-      train_metrics=progress.last_logs,
-      eval_metrics=eval_progress.last_logs,
-      examples_per_second=progress.examples_per_second,
-      time_to_first_step_seconds=progress.time_to_first_step,
-      wall_seconds=time.time() - request.start_time)
+  ctx = modes.ModeContext(controller=runner.controller, params=params,
+                          model_dir=model_dir,
+                          should_stop=lambda: watcher.received is not None)
+  try:
+    with strategy.scope():
+      mode.run(ctx)
+    if watcher.received is not None and not mode.trains:
+      # An evaluator has no checkpoint to save: it just stops early.
+      raise preemption.Preempted(int(trainer.global_step.numpy()),
+                                 watcher.signal_name)
+  except preemption.Preempted as e:
+    e.summary = summary("preempted")
+    raise
+  except (tf.errors.DataLossError, RunFailed) as e:
+    cause = (f"Input data is corrupt ({str(e).splitlines()[0]})."
+             if isinstance(e, tf.errors.DataLossError) else str(e))
+    failure = RunFailed(
+        f"{cause} The last checkpoint, "
+        f"{tf.train.latest_checkpoint(model_dir)}, is intact.")
+    failure.summary = summary("failed")
+    raise failure from e
+  if mode.trains:
+    continuous_eval.mark_training_complete(model_dir,
+                                           trainer.global_step.numpy())
+  return summary("completed")
+
+
+def _summary_managers(params, model_dir: str, global_step):
+  """Train and eval summary writers where TFM writes them."""
+  def manager(subdir):
+    return orbit.utils.SummaryManager(os.path.join(model_dir, subdir),
+                                      tf.summary.scalar,
+                                      global_step=global_step)
+  return (manager("train"),
+          manager(params.trainer.validation_summary_subdir))

@@ -10,3 +10,14 @@ class UsageError(Exception):
   """
 
   EXIT_CODE = 2
+
+
+class RunFailed(Exception):
+  """The run cannot go on: corrupt input data, a non-finite loss.
+
+  Not a bug in code: the launcher prints the message without a traceback
+  (the log file has it) and exits with `EXIT_CODE`. The last checkpoint
+  saved before the failure is left as it was.
+  """
+
+  EXIT_CODE = 3

@@ -7,9 +7,12 @@ A downstream repository forks it in three lines:
     import my_project.registry_imports  # registers experiments, trainers...
     app.run(tfm_ext.launcher.main)
 
-Bad input (unknown names, malformed YAML, unknown override keys, bad gin,
-unsplittable batches, empty input patterns, `eval` without a checkpoint)
-prints one paragraph and exits with status 2 before `model_dir` is touched.
+Exit codes: 0 done; 2 bad input (unknown names, malformed YAML, unknown
+override keys, bad gin, unsplittable batches, empty input patterns, `eval`
+without a checkpoint), printed as one paragraph before `model_dir` is
+touched; 3 the run failed on its data (corrupt records, a NaN loss), the last
+checkpoint intact; 42 preempted (SIGTERM or SIGINT): a checkpoint was saved
+at the current step, relaunch the same command to resume.
 """
 
 import os
@@ -27,7 +30,9 @@ from tfm_ext import driver
 from tfm_ext import models
 from tfm_ext import modes
 from tfm_ext import params as params_lib
+from tfm_ext import preemption
 from tfm_ext import trainers
+from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 
 
@@ -46,6 +51,12 @@ flags.DEFINE_multi_string("gin_params", None, "Gin bindings to parse.")
 flags.DEFINE_string("tpu", None, "Cloud TPU name or grpc:// address.")
 flags.DEFINE_string("trainer", None,
                     "Registered trainer; beats the config and gin.")
+flags.DEFINE_integer(
+    "max_restarts", 3,
+    "In-process restarts after transient errors (UnavailableError, "
+    "AbortedError) before the job fails.")
+flags.DEFINE_float("restart_backoff_seconds", 2.0,
+                   "Wait before the n-th restart: this times 2**(n-1).")
 flags.DEFINE_bool("list", False,
                   "List registered experiments, tasks, trainers and models.")
 
@@ -72,17 +83,39 @@ def main(argv) -> None:
     return
   try:
     request = _request()
-    plan = driver.prepare(request)
+    driver.prepare(request)
   except UsageError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(UsageError.EXIT_CODE)
+    _exit(e, UsageError.EXIT_CODE)
   _log_to_files(request.model_dir)
-  summary = driver.run(plan)
+  recovery = driver.Recovery(max_restarts=FLAGS.max_restarts,
+                             backoff_seconds=FLAGS.restart_backoff_seconds)
+  with preemption.SignalWatcher() as watcher:
+    try:
+      summary = driver.run_with_recovery(request, recovery, watcher)
+    except preemption.Preempted as e:
+      _finish(request, e.summary)
+      _exit(e, preemption.EXIT_CODE, "preempted")
+    except RunFailed as e:
+      logging.exception("The run failed.")
+      _finish(request, e.summary)
+      _exit(e, RunFailed.EXIT_CODE)
+    except UsageError as e:  # Found only once running (continuous_eval).
+      _exit(e, UsageError.EXIT_CODE)
+  path = _finish(request, summary)
+  print(f"done | {request.mode} | step {summary.global_step} | "
+        f"{summary.wall_seconds:.1f}s | summary {path}")
+
+
+def _finish(request: driver.RunRequest, summary) -> str:
   train_utils.save_gin_config(request.mode, request.model_dir)
   path = summary.write(request.model_dir)
   logging.info("Run summary: %s", path)
-  print(f"done | {request.mode} | step {summary.global_step} | "
-        f"{summary.wall_seconds:.1f}s | summary {path}")
+  return path
+
+
+def _exit(error: Exception, code: int, kind: str = "error") -> None:
+  print(f"{kind}: {error}", file=sys.stderr, flush=True)
+  sys.exit(code)
 
 
 def _log_to_files(model_dir: str) -> None:

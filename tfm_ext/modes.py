@@ -5,81 +5,66 @@ that accepts modes `train_lib` then cannot run.
 """
 
 import dataclasses
-import time
 from typing import Any, Callable, Mapping, Optional
 
-from absl import logging
 import orbit
-import tensorflow as tf
 
 from official.core import config_definitions
 
+from tfm_ext import continuous_eval
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
 
 Logs = Optional[Mapping[str, Any]]
-# How often continuous_eval looks for a new checkpoint, in seconds.
-CHECKPOINT_POLL_SECONDS = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeContext:
+  """What a mode runs on."""
+  controller: orbit.Controller
+  params: config_definitions.ExperimentConfig
+  model_dir: str
+  # Polled between evaluations by continuous_eval (a preemption signal).
+  should_stop: Callable[[], bool] = lambda: False
 
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-  """What a mode needs and the function that runs it on a controller."""
+  """What a mode needs and the function that runs it."""
   trains: bool
   evaluates: bool
-  run: Callable[[orbit.Controller, config_definitions.ExperimentConfig], Logs]
+  run: Callable[[ModeContext], Logs]
   needs_checkpoint: bool = False
 
 
-def _train(controller, params) -> Logs:
-  controller.train(steps=params.trainer.train_steps)
+def _train(ctx: ModeContext) -> Logs:
+  ctx.controller.train(steps=ctx.params.trainer.train_steps)
   return None
 
 
-def _eval(controller, params) -> Logs:
-  return controller.evaluate(steps=params.trainer.validation_steps)
+def _eval(ctx: ModeContext) -> Logs:
+  return ctx.controller.evaluate(steps=ctx.params.trainer.validation_steps)
 
 
-def _train_and_eval(controller, params) -> Logs:
-  return controller.train_and_evaluate(
-      train_steps=params.trainer.train_steps,
-      eval_steps=params.trainer.validation_steps,
-      eval_interval=params.trainer.validation_interval)
+def _train_and_eval(ctx: ModeContext) -> Logs:
+  trainer = ctx.params.trainer
+  return ctx.controller.train_and_evaluate(
+      train_steps=trainer.train_steps,
+      eval_steps=trainer.validation_steps,
+      eval_interval=trainer.validation_interval)
 
 
-def _train_and_post_eval(controller, params) -> Logs:
-  _train(controller, params)
-  return _eval(controller, params)
+def _train_and_post_eval(ctx: ModeContext) -> Logs:
+  _train(ctx)
+  return _eval(ctx)
 
 
-def _continuous_eval(controller, params) -> Logs:
-  """Evaluates each new checkpoint until the one at `train_steps`.
-
-  Gives up after `continuous_eval_timeout` seconds without a new checkpoint.
-  Unlike Orbit's `evaluate_continuously` it polls every
-  `CHECKPOINT_POLL_SECONDS`, so it exits right after the final checkpoint
-  instead of waiting out the whole timeout.
-  """
-  last_new = time.monotonic()
-  output = None
-
-  def done() -> bool:
-    if controller.global_step.numpy() >= params.trainer.train_steps:
-      return True
-    waited = time.monotonic() - last_new
-    if waited > params.trainer.continuous_eval_timeout:
-      logging.warning("No new checkpoint in %s for %.0f s; stopping.",
-                      controller.checkpoint_manager.directory, waited)
-      return True
-    return False
-
-  for path in tf.train.checkpoints_iterator(
-      controller.checkpoint_manager.directory,
-      timeout=CHECKPOINT_POLL_SECONDS, timeout_fn=done):
-    controller.restore_checkpoint(path)
-    output = controller.evaluate(steps=params.trainer.validation_steps)
-    last_new = time.monotonic()
-  return output
+def _continuous_eval(ctx: ModeContext) -> Logs:
+  trainer = ctx.params.trainer
+  return continuous_eval.evaluate_continuously(
+      ctx.controller, model_dir=ctx.model_dir,
+      eval_steps=trainer.validation_steps, train_steps=trainer.train_steps,
+      timeout=trainer.continuous_eval_timeout, should_stop=ctx.should_stop)
 
 
 MODES = {

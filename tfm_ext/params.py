@@ -60,9 +60,11 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
     raise UsageError(registry.unknown_name_message(
         "experiment", sources.experiment, experiment_names()))
   params = exp_factory.get_exp_config(sources.experiment)
-  if "name" not in params.trainer.as_dict():
-    params.override({"trainer": {"name": trainers.DEFAULT_TRAINER}},
-                    is_strict=False)
+  present = params.trainer.as_dict()
+  missing = {k: v for k, v in trainers.added_fields().items()
+             if k not in present}
+  if missing:
+    params.override({"trainer": missing}, is_strict=False)
 
   for path in sources.config_files:
     if not os.path.exists(path):

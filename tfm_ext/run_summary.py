@@ -1,12 +1,15 @@
 """`RunSummary`: what a run did, written to `model_dir/run_summary.json`."""
 
 import dataclasses
+import json
 import os
+import time
 from typing import Dict, Optional
 
 import dataclasses_json
 
 FILENAME = "run_summary.json"
+STARTS = "training_starts.jsonl"
 
 
 @dataclasses_json.dataclass_json
@@ -16,8 +19,16 @@ class RunSummary:
   experiment: str
   mode: str
   trainer: str
+  # "completed", "preempted" (checkpoint saved, exit 42) or "failed".
+  status: str = "completed"
   global_step: int = 0
   train_steps: int = 0
+  # The step this process started from, and how many training starts in
+  # this model_dir (processes or in-process restarts) resumed a checkpoint.
+  resumed_from_step: int = 0
+  resumes: int = 0
+  # In-process restarts after transient errors in this process.
+  restarts: int = 0
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None
@@ -39,3 +50,25 @@ class RunSummary:
   def read(cls, model_dir: str) -> "RunSummary":
     with open(os.path.join(model_dir, FILENAME)) as f:
       return cls.from_json(f.read())
+
+
+def record_training_start(model_dir: str, restored_step: int) -> int:
+  """Appends this training start to the model_dir's log; returns resumes.
+
+  A start that restored a checkpoint (`restored_step > 0`) is a resume. The
+  log is append-only, so a run killed at any point still counts.
+  """
+  path = os.path.join(model_dir, STARTS)
+  with open(path, "a") as f:
+    f.write(json.dumps({"restored_step": int(restored_step),
+                        "time": time.time()}) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  resumes = 0
+  with open(path) as f:
+    for line in f:
+      try:
+        resumes += json.loads(line)["restored_step"] > 0
+      except (ValueError, KeyError):
+        continue  # A line cut short by a kill.
+  return resumes

@@ -18,12 +18,24 @@ DEFAULT_TRAINER = "custom"
 
 @dataclasses.dataclass
 class TrainerConfig(config_definitions.TrainerConfig):
-  """TFM's `TrainerConfig` plus `name`, the registered trainer to run.
+  """TFM's `TrainerConfig` plus the fields tfm_ext adds.
 
-  Experiments whose config lacks `name` (TFM's own) get it added with the
-  default `"custom"` when the launcher builds their params.
+  Attributes:
+    name: the registered trainer to run.
+    best_checkpoint_top_k: how many best checkpoints the exporter keeps.
+
+  Experiments whose config lacks these fields (TFM's own) get them, with
+  these defaults, when the launcher builds their params.
   """
   name: str = DEFAULT_TRAINER
+  best_checkpoint_top_k: int = 1
+
+
+def added_fields():
+  """The fields `TrainerConfig` adds to TFM's, with their defaults."""
+  base = {f.name for f in dataclasses.fields(config_definitions.TrainerConfig)}
+  return {f.name: f.default for f in dataclasses.fields(TrainerConfig)
+          if f.name not in base}
 
 
 def register_trainer(name: str):

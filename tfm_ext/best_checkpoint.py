@@ -1,0 +1,254 @@
+"""A crash-safe exporter that keeps the top-k checkpoints by an eval metric.
+
+A drop-in for TFM's `BestCheckpointExporter` (same config keys, same
+`maybe_export_checkpoint` / `best_ckpt_logs` / `best_ckpt_path` interface),
+with `trainer.best_checkpoint_top_k` for k. The record of what is kept is one
+JSON manifest, `best_checkpoints.json`:
+
+    {"metric": "accuracy", "comp": "higher", "k": 3,
+     "checkpoints": [{"path": "best_ckpt-500", "global_step": 500,
+                      "value": 0.98, "metrics": {...all scalar logs...}}, ...]}
+
+best first. Order of writes for a new entry: checkpoint files, then the
+manifest (temp file, fsync, rename), then TFM's `info.json` and the
+`checkpoint` state file for the top entry (so `tf.train.latest_checkpoint` on
+the directory and TFM's tooling find the best), then evicted files are
+deleted. A crash anywhere leaves the manifest naming complete checkpoints
+only; `repair` (run at construction) deletes what the manifest does not name
+and drops entries whose files are gone.
+"""
+
+import json
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional
+
+from absl import logging
+import orbit
+import tensorflow as tf
+
+from official.core import config_definitions
+from official.core import train_utils
+
+MANIFEST = "best_checkpoints.json"
+INFO = "info.json"  # TFM's record of the best checkpoint.
+PREFIX = "best_ckpt"
+
+
+def maybe_create(params: config_definitions.ExperimentConfig,
+                 model_dir: str) -> Optional["TopKCheckpointExporter"]:
+  """Returns the exporter that `params.trainer` asks for, or None."""
+  trainer = params.trainer
+  if not (model_dir and trainer.best_checkpoint_export_subdir
+          and trainer.best_checkpoint_eval_metric):
+    return None
+  return TopKCheckpointExporter(
+      os.path.join(model_dir, trainer.best_checkpoint_export_subdir),
+      metric_name=trainer.best_checkpoint_eval_metric,
+      metric_comp=trainer.best_checkpoint_metric_comp,
+      k=getattr(trainer, "best_checkpoint_top_k", 1))
+
+
+def write_json_atomically(path: str, value: Any) -> None:
+  """Writes `value` as JSON to `path`: temp file, fsync, rename."""
+  tmp = f"{path}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(value, f, indent=2)
+    f.write("\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def scalar_logs(logs: Mapping[str, Any]) -> Dict[str, Any]:
+  """The scalar leaves of (nested) eval logs as floats, nesting kept."""
+  out = {}
+  for key, value in logs.items():
+    if isinstance(value, Mapping):
+      out[key] = scalar_logs(value)
+      continue
+    value = orbit.utils.get_value(value)
+    if getattr(value, "size", 1) == 1:
+      try:
+        out[key] = float(value)
+      except (TypeError, ValueError):
+        pass
+  return out
+
+
+class TopKCheckpointExporter:
+  """Keeps the k best checkpoints by `metric_name` in `export_dir`.
+
+  NaN and infinite values are never kept. A tie keeps the older checkpoint.
+  `metric_name` may be nested with TFM's `|` separator ("coco|AP").
+  """
+
+  def __init__(self, export_dir: str, *, metric_name: str, metric_comp: str,
+               k: int = 1):
+    if metric_comp not in ("higher", "lower"):
+      raise ValueError("best_checkpoint_metric_comp must be 'higher' or "
+                       f"'lower', got {metric_comp!r}.")
+    if k < 1:
+      raise ValueError(f"best_checkpoint_top_k must be >= 1, got {k}.")
+    self._dir = export_dir
+    self._metric_name = metric_name
+    self._metric_path = metric_name.split("|")
+    self._comp = metric_comp
+    self._k = k
+    os.makedirs(export_dir, exist_ok=True)
+    self._entries: List[Dict[str, Any]] = self._load()
+    self.repair()
+
+  # -- TFM's BestCheckpointExporter interface -------------------------------
+
+  def maybe_export_checkpoint(self, checkpoint: tf.train.Checkpoint,
+                              eval_logs: Mapping[str, Any],
+                              global_step: int) -> bool:
+    """Keeps `checkpoint` if it is among the k best; returns whether it was."""
+    step = int(global_step)
+    metrics = scalar_logs(eval_logs)
+    value = self._value(metrics)
+    if value is None:
+      raise ValueError(
+          f"best_checkpoint_eval_metric {self._metric_name!r} is not in the "
+          f"eval logs; they have: {sorted(_leaf_names(metrics))}.")
+    if not math.isfinite(value):
+      logging.warning("Best-checkpoint metric %r is %s at step %d; not kept.",
+                      self._metric_name, value, step)
+      return False
+    if any(e["global_step"] == step for e in self._entries):
+      return False  # Already judged (a re-evaluated checkpoint).
+    if len(self._entries) >= self._k and not self._better(
+        value, self._entries[-1]["value"]):
+      return False
+    path = checkpoint.write(os.path.join(self._dir, f"{PREFIX}-{step}"))
+    entry = {"path": os.path.basename(path), "global_step": step,
+             "value": value, "metrics": metrics}
+    entries = self._sorted(self._entries + [entry])
+    kept, evicted = entries[:self._k], entries[self._k:]
+    self._commit(kept)
+    for old in evicted:
+      _delete_checkpoint_files(os.path.join(self._dir, old["path"]))
+    return True
+
+  @property
+  def best_ckpt_logs(self) -> Optional[Dict[str, Any]]:
+    """The eval logs of the best checkpoint, or None before the first."""
+    return self._entries[0]["metrics"] if self._entries else None
+
+  @property
+  def best_ckpt_path(self) -> Optional[str]:
+    return (os.path.join(self._dir, self._entries[0]["path"])
+            if self._entries else None)
+
+  @property
+  def kept(self) -> List[Dict[str, Any]]:
+    """The manifest's entries, best first."""
+    return [dict(e) for e in self._entries]
+
+  # -- Crash safety ---------------------------------------------------------
+
+  def repair(self) -> None:
+    """Makes the directory agree with the manifest after a crash.
+
+    Drops entries whose checkpoint files are missing, deletes checkpoint
+    files and temp files the manifest does not name, and rewrites the
+    manifest, `info.json` and the state file from what remains.
+    """
+    complete = [e for e in self._entries
+                if tf.io.gfile.exists(os.path.join(self._dir, e["path"])
+                                      + ".index")]
+    named = {e["path"] for e in complete}
+    for name in os.listdir(self._dir):
+      stem = name.split(".")[0]
+      orphan = stem.startswith(PREFIX) and stem not in named
+      if orphan or name.endswith(".tmp") or "_temp" in name:
+        logging.warning("Removing %s: not in the best-checkpoint manifest "
+                        "(left by an interrupted export).", name)
+        target = os.path.join(self._dir, name)
+        if tf.io.gfile.isdir(target):
+          tf.io.gfile.rmtree(target)
+        else:
+          tf.io.gfile.remove(target)
+    if complete or self._entries:
+      self._commit(complete)
+
+  def _commit(self, entries: List[Dict[str, Any]]) -> None:
+    write_json_atomically(os.path.join(self._dir, MANIFEST), {
+        "metric": self._metric_name, "comp": self._comp, "k": self._k,
+        "checkpoints": entries})
+    self._entries = entries
+    if entries:
+      best = entries[0]
+      write_json_atomically(os.path.join(self._dir, INFO), {
+          **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
+      others = sorted(entries[1:], key=lambda e: e["global_step"])
+      tf.compat.v1.train.update_checkpoint_state(
+          self._dir, best["path"],
+          all_model_checkpoint_paths=[e["path"] for e in others + [best]])
+
+  def _load(self) -> List[Dict[str, Any]]:
+    path = os.path.join(self._dir, MANIFEST)
+    if not os.path.exists(path):
+      return self._adopt_tfm_export()
+    with open(path) as f:
+      manifest = json.load(f)
+    if (manifest.get("metric"), manifest.get("comp")) != (self._metric_name,
+                                                          self._comp):
+      logging.warning("The best-checkpoint manifest ranks by %s/%s, this run "
+                      "by %s/%s: ranking its entries again.",
+                      manifest.get("metric"), manifest.get("comp"),
+                      self._metric_name, self._comp)
+    entries = []
+    for entry in manifest.get("checkpoints", []):
+      value = self._value(entry.get("metrics", {}))
+      if value is not None and math.isfinite(value):
+        entries.append({**entry, "value": value})
+    return self._sorted(entries)[:self._k] if entries else []
+
+  def _adopt_tfm_export(self) -> List[Dict[str, Any]]:
+    """Takes over a directory that TFM's own exporter wrote (no manifest)."""
+    latest = tf.train.latest_checkpoint(self._dir)
+    info = os.path.join(self._dir, INFO)
+    if not (latest and os.path.exists(info)):
+      return []
+    with open(info) as f:
+      metrics = json.load(f)
+    step = int(metrics.pop("best_ckpt_global_step", 0))
+    value = self._value(metrics)
+    if value is None or not math.isfinite(value):
+      return []
+    logging.info("Adopting TFM's best checkpoint %s (step %d).", latest, step)
+    return [{"path": os.path.basename(latest), "global_step": step,
+             "value": value, "metrics": metrics}]
+
+  # -- Ranking --------------------------------------------------------------
+
+  def _value(self, metrics: Mapping[str, Any]) -> Optional[float]:
+    try:
+      return float(train_utils.get_leaf_nested_dict(dict(metrics),
+                                                    self._metric_path))
+    except (KeyError, TypeError, ValueError):
+      return None
+
+  def _better(self, new: float, old: float) -> bool:
+    return new > old if self._comp == "higher" else new < old
+
+  def _sorted(self, entries):
+    sign = -1.0 if self._comp == "higher" else 1.0
+    # Best first; among equal values the older (lower step) first, so a tie
+    # never displaces a kept checkpoint.
+    return sorted(entries, key=lambda e: (sign * e["value"], e["global_step"]))
+
+
+def _leaf_names(logs: Mapping[str, Any], prefix: str = ""):
+  for key, value in logs.items():
+    if isinstance(value, Mapping):
+      yield from _leaf_names(value, f"{prefix}{key}|")
+    else:
+      yield prefix + key
+
+
+def _delete_checkpoint_files(prefix: str) -> None:
+  for path in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.remove(path)

@@ -1,0 +1,162 @@
+"""Exactly-once continuous evaluation beside a training job.
+
+The evaluator lists every checkpoint the trainer's `CheckpointManager`
+records (not only the latest, as `tf.train.checkpoints_iterator` does), and
+evaluates each one it has not evaluated before, oldest first. What it has
+evaluated is a ledger in `model_dir/eval_ledger.jsonl`, one JSON line per
+checkpoint, appended and fsynced after each evaluation, so a restarted
+evaluator skips it. A checkpoint that `max_to_keep` deleted before it was
+read is skipped with a warning (and recorded, so it is not looked for again).
+
+A training mode that finishes writes `model_dir/training_complete.json`
+(`mark_training_complete`); the evaluator stops as soon as it has evaluated
+the checkpoint at that step. Without a marker it stops at `train_steps`, or
+after `continuous_eval_timeout` seconds without a new checkpoint.
+
+A crash between an evaluation and its ledger line evaluates that checkpoint
+again on restart: exactly once holds for every checkpoint whose evaluation
+completed and was recorded.
+"""
+
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from absl import logging
+import orbit
+import tensorflow as tf
+
+from tfm_ext import console
+from tfm_ext.errors import UsageError
+
+LEDGER = "eval_ledger.jsonl"
+COMPLETE_MARKER = "training_complete.json"
+POLL_SECONDS = 1.0
+
+
+def mark_training_complete(model_dir: str, global_step: int) -> None:
+  """Tells evaluators that no checkpoint after `global_step` will come."""
+  path = os.path.join(model_dir, COMPLETE_MARKER)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"global_step": int(global_step), "time": time.time()}, f)
+  os.replace(tmp, path)
+
+
+def clear_training_complete(model_dir: str) -> None:
+  """Removes the marker: a training run is (again) in progress."""
+  path = os.path.join(model_dir, COMPLETE_MARKER)
+  if os.path.exists(path):
+    os.remove(path)
+
+
+def training_complete_step(model_dir: str) -> Optional[int]:
+  try:
+    with open(os.path.join(model_dir, COMPLETE_MARKER)) as f:
+      return int(json.load(f)["global_step"])
+  except (OSError, ValueError, KeyError):
+    return None
+
+
+def checkpoint_step(path: str) -> int:
+  return int(path.rsplit("-", 1)[-1])
+
+
+def listed_checkpoints(model_dir: str) -> List[str]:
+  """Every checkpoint the manager's state file lists, oldest first."""
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None:
+    return []
+  paths = set(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path:
+    paths.add(state.model_checkpoint_path)
+  return sorted((os.path.join(model_dir, os.path.basename(p)) for p in paths),
+                key=checkpoint_step)
+
+
+class EvalLedger:
+  """The checkpoints this model_dir's evaluators have dealt with."""
+
+  def __init__(self, model_dir: str):
+    self._path = os.path.join(model_dir, LEDGER)
+    self.entries: Dict[str, Dict[str, Any]] = {}
+    if os.path.exists(self._path):
+      with open(self._path) as f:
+        for line in f:
+          try:
+            entry = json.loads(line)
+          except ValueError:
+            continue  # A line cut short by a crash: that eval is redone.
+          self.entries[entry["checkpoint"]] = entry
+
+  def __contains__(self, checkpoint_path: str) -> bool:
+    return os.path.basename(checkpoint_path) in self.entries
+
+  def record(self, checkpoint_path: str, status: str,
+             metrics: Optional[Mapping[str, float]] = None) -> None:
+    entry = {"checkpoint": os.path.basename(checkpoint_path),
+             "global_step": checkpoint_step(checkpoint_path),
+             "status": status, "metrics": dict(metrics or {}),
+             "time": time.time()}
+    with open(self._path, "a") as f:
+      f.write(json.dumps(entry) + "\n")
+      f.flush()
+      os.fsync(f.fileno())
+    self.entries[entry["checkpoint"]] = entry
+
+  def evaluated_steps(self) -> List[int]:
+    return sorted(e["global_step"] for e in self.entries.values()
+                  if e["status"] == "evaluated")
+
+
+def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
+                          eval_steps: int, train_steps: int, timeout: float,
+                          should_stop: Callable[[], bool] = lambda: False,
+                          clock: Callable[[], float] = time.monotonic,
+                          sleep: Callable[[float], None] = time.sleep):
+  """Evaluates each new checkpoint once; returns the last eval output.
+
+  Raises `UsageError` when no checkpoint appears within `timeout` seconds.
+  `should_stop` is polled between evaluations (a preemption signal).
+  """
+  ledger = EvalLedger(model_dir)
+  last_new = clock()
+  output = None
+  while not should_stop():
+    for path in listed_checkpoints(model_dir):
+      if path in ledger or should_stop():
+        continue
+      try:
+        controller.restore_checkpoint(path)
+      except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
+        logging.warning("Checkpoint %s vanished before it was evaluated "
+                        "(max_to_keep?); skipping it: %s", path,
+                        str(e).splitlines()[0])
+        ledger.record(path, "missing")
+        continue
+      output = controller.evaluate(steps=eval_steps)
+      ledger.record(path, "evaluated", console.scalars(output or {}))
+      last_new = clock()
+    if _finished(model_dir, ledger, train_steps):
+      break
+    waited = clock() - last_new
+    if waited > timeout:
+      if not ledger.entries:
+        raise UsageError(
+            f"No checkpoint appeared in {model_dir!r} within "
+            f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
+            "running and writing to the same --model_dir?")
+      logging.warning("No new checkpoint for %.0f s; stopping.", waited)
+      break
+    sleep(POLL_SECONDS)
+  return output
+
+
+def _finished(model_dir: str, ledger: EvalLedger, train_steps: int) -> bool:
+  evaluated = ledger.evaluated_steps()
+  final = training_complete_step(model_dir)
+  last = max((e["global_step"] for e in ledger.entries.values()), default=-1)
+  if final is not None:
+    return last >= final
+  return bool(evaluated) and evaluated[-1] >= train_steps

@@ -1,0 +1,109 @@
+"""Graceful preemption: on SIGTERM or SIGINT, save at the current step, exit 42.
+
+`SignalWatcher` records the signal; `SaveAndStopIfPreempted` is an Orbit
+action that, after the loop in flight, writes that loop's summaries, saves a
+checkpoint at the current global step and raises `Preempted`, which the
+launcher turns into exit code 42 (`EXIT_CODE`, the restart code TensorFlow's
+`PreemptionCheckpointHandler` uses). A supervisor that restarts on 42 then
+resumes from that checkpoint.
+
+This handler serves single-worker jobs. TensorFlow's
+`PreemptionCheckpointHandler` coordinates the save step across workers, but
+on a single worker it adds nothing over this and first probes the GCE
+metadata server over the network to learn its platform.
+"""
+
+import signal
+import sys
+from typing import Callable, Optional, Sequence
+
+from absl import logging
+import orbit
+import tensorflow as tf
+
+EXIT_CODE = 42
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+  """Raised after the preemption checkpoint is saved."""
+
+  def __init__(self, step: int, signal_name: str):
+    super().__init__(f"{signal_name} received: saved a checkpoint at step "
+                     f"{step}; exit {EXIT_CODE} to be restarted.")
+    self.step = step
+
+
+class SignalWatcher:
+  """Records SIGTERM/SIGINT instead of dying; a second signal aborts at once.
+
+  Use as a context manager; the previous handlers come back on exit.
+  """
+
+  def __init__(self, signals: Sequence[int] = SIGNALS):
+    self._signals = tuple(signals)
+    self._previous = {}
+    self.received: Optional[int] = None
+
+  @property
+  def signal_name(self) -> str:
+    return signal.Signals(self.received).name if self.received else ""
+
+  def __enter__(self) -> "SignalWatcher":
+    for sig in self._signals:
+      self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous.clear()
+
+  def _handle(self, signum, frame) -> None:
+    del frame
+    if self.received is not None:
+      # A second signal: the user (or the cluster) will not wait any longer.
+      logging.warning("Second %s: exiting without a checkpoint.",
+                      signal.Signals(signum).name)
+      sys.stderr.flush()
+      raise KeyboardInterrupt
+    self.received = signum
+    logging.warning("%s received: finishing the loop in flight, then saving "
+                    "a checkpoint and exiting with %d.",
+                    signal.Signals(signum).name, EXIT_CODE)
+
+
+class SaveAndStopIfPreempted:
+  """Orbit action: after a signal, save at the current step and raise.
+
+  Args:
+    watcher: the `SignalWatcher` in force.
+    checkpoint_manager: returns the run's `tf.train.CheckpointManager`
+      (a callable, since the runner builds it after the actions).
+    global_step: the trainer's global step.
+    summary_manager: where this loop's output is written before stopping, as
+      the controller would have written it after the action.
+  """
+
+  def __init__(self, *, watcher: SignalWatcher,
+               checkpoint_manager: Callable[[], tf.train.CheckpointManager],
+               global_step: tf.Variable,
+               summary_manager: Optional[orbit.utils.SummaryManager] = None):
+    self._watcher = watcher
+    self._checkpoint_manager = checkpoint_manager
+    self._global_step = global_step
+    self._summary_manager = summary_manager
+
+  def __call__(self, output) -> None:
+    if self._watcher.received is None:
+      return
+    step = int(self._global_step.numpy())
+    if self._summary_manager is not None and output:
+      self._summary_manager.write_summaries(
+          tf.nest.map_structure(orbit.utils.get_value, output))
+      self._summary_manager.flush()
+    manager = self._checkpoint_manager()
+    if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
+      manager.save(checkpoint_number=step, check_interval=False)
+    manager.sync()
+    raise Preempted(step, self._watcher.signal_name)
