@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -43,20 +44,72 @@ class Result:
             f"--- stderr\n{self.stderr[-6000:]}")
 
 
+def _command(args, model_dir, script, data_dir, env):
+  full_env = dict(os.environ, TFM_EXT_DATA_DIR=data_dir,
+                  TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO,
+                  PYTHONUNBUFFERED="1")
+  full_env.update(env or {})
+  return [sys.executable, script, f"--model_dir={model_dir}", *args], full_env
+
+
 @pytest.fixture
 def launch(data_dir):
   """Runs a launcher script in a subprocess; returns a `Result`."""
 
   def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
-    full_env = dict(os.environ, TFM_EXT_DATA_DIR=data_dir,
-                    TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    full_env.update(env or {})
-    cmd = [sys.executable, script, f"--model_dir={model_dir}", *args]
+    cmd, full_env = _command(args, model_dir, script, data_dir, env)
     proc = subprocess.run(cmd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=REPO)
     return Result(proc, str(model_dir))
 
   return run
+
+
+class Running:
+  """A launcher process in the background, its stdout read line by line."""
+
+  def __init__(self, cmd, env, model_dir):
+    self.model_dir = str(model_dir)
+    self.proc = subprocess.Popen(cmd, env=env, cwd=REPO, text=True,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+    self.lines = []
+
+  def wait_for_line(self, predicate, timeout=120):
+    """Reads stdout until a line satisfies `predicate`; returns that line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      line = self.proc.stdout.readline()
+      if not line:
+        raise AssertionError(f"process ended first: {self.finish()}")
+      self.lines.append(line)
+      if predicate(line):
+        return line
+    raise AssertionError(f"no such line within {timeout}s: {self.lines[-5:]}")
+
+  def finish(self, timeout=180) -> Result:
+    out, err = self.proc.communicate(timeout=timeout)
+    stdout = "".join(self.lines) + (out or "")
+    return Result(subprocess.CompletedProcess(self.proc.args,
+                                              self.proc.returncode,
+                                              stdout, err), self.model_dir)
+
+
+@pytest.fixture
+def start(data_dir):
+  """Starts a launcher script in the background; returns a `Running`."""
+  running = []
+
+  def run(*args, model_dir, script=TRAIN, env=None):
+    cmd, full_env = _command(args, model_dir, script, data_dir, env)
+    running.append(Running(cmd, full_env, model_dir))
+    return running[-1]
+
+  yield run
+  for r in running:
+    if r.proc.poll() is None:
+      r.proc.kill()
+      r.proc.communicate()
 
 
 sys.path.insert(0, os.path.join(REPO, "tests", "downstream"))

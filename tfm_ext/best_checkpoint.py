@@ -27,6 +27,8 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
+
 from official.core import config_definitions
 from official.core import train_utils
 
@@ -183,9 +185,11 @@ class TopKCheckpointExporter:
       write_json_atomically(os.path.join(self._dir, INFO), {
           **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
       others = sorted(entries[1:], key=lambda e: e["global_step"])
-      tf.compat.v1.train.update_checkpoint_state(
+      # What tf.train.CheckpointManager uses: an atomic write of the state.
+      checkpoint_management.update_checkpoint_state_internal(
           self._dir, best["path"],
-          all_model_checkpoint_paths=[e["path"] for e in others + [best]])
+          all_model_checkpoint_paths=[e["path"] for e in others + [best]],
+          save_relative_paths=True)
 
   def _load(self) -> List[Dict[str, Any]]:
     path = os.path.join(self._dir, MANIFEST)

@@ -128,7 +128,10 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
       if path in ledger or should_stop():
         continue
       try:
-        controller.restore_checkpoint(path)
+        with controller.strategy.scope():
+          # An evaluator has no optimizer slots to fill: partial by design.
+          controller.checkpoint_manager.checkpoint.restore(
+              path).expect_partial()
       except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
         logging.warning("Checkpoint %s vanished before it was evaluated "
                         "(max_to_keep?); skipping it: %s", path,

@@ -15,6 +15,7 @@ checkpoint intact; 42 preempted (SIGTERM or SIGINT): a checkpoint was saved
 at the current step, relaunch the same command to resume.
 """
 
+import logging as std_logging
 import os
 import sys
 import time
@@ -96,7 +97,7 @@ def main(argv) -> None:
       _finish(request, e.summary)
       _exit(e, preemption.EXIT_CODE, "preempted")
     except RunFailed as e:
-      logging.exception("The run failed.")
+      logging.info("The run failed.", exc_info=True)  # Log file only.
       _finish(request, e.summary)
       _exit(e, RunFailed.EXIT_CODE)
     except UsageError as e:  # Found only once running (continuous_eval).
@@ -110,6 +111,11 @@ def _finish(request: driver.RunRequest, summary) -> str:
   train_utils.save_gin_config(request.mode, request.model_dir)
   path = summary.write(request.model_dir)
   logging.info("Run summary: %s", path)
+  logging.flush()
+  # TensorFlow objects collected at interpreter exit may still log after
+  # absl has closed its file; such records are dropped, not printed as
+  # "--- Logging error ---" tracebacks.
+  std_logging.raiseExceptions = False
   return path
 
 

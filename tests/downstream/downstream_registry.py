@@ -5,6 +5,7 @@ model trains with two optimizers (the RankingTrainer case).
 """
 
 import dataclasses
+import os
 
 import tensorflow as tf
 import tf_keras
@@ -99,4 +100,53 @@ class TwoOptimizerTask(digits_convnet.DigitsTask):
 def two_optimizers_config() -> cfg.ExperimentConfig:
   config = digits_convnet.get_config()
   config.task = TwoOptimizerTaskConfig()
+  return config
+
+
+@tfm_ext.register_trainer("flaky")
+class FlakyTrainer(tfm_ext.CustomTrainer):
+  """Raises a transient `UnavailableError` once per process, at a step.
+
+  The step is `$FLAKY_AT_STEP` (default 20). An in-process restart builds a
+  new trainer, which does not raise again.
+  """
+
+  raised = False
+
+  def train_loop_end(self):
+    logs = super().train_loop_end()
+    at_step = int(os.environ.get("FLAKY_AT_STEP", "20"))
+    if not FlakyTrainer.raised and self.global_step.numpy() >= at_step:
+      FlakyTrainer.raised = True
+      raise tf.errors.UnavailableError(None, None,
+                                       "injected: a peer became unavailable")
+    return logs
+
+
+@dataclasses.dataclass
+class NanTaskConfig(digits_convnet.DigitsTaskConfig):
+  nan_at_step: int = 25
+
+
+@task_factory.register_task_cls(NanTaskConfig)
+class NanTask(digits_convnet.DigitsTask):
+  """Its loss is NaN at step `nan_at_step`; the NaN gradients spoil the weights."""
+
+  def train_step(self, inputs, model, optimizer, metrics=None):
+    images, labels = inputs
+    with tf.GradientTape() as tape:
+      outputs = model(images, training=True)
+      loss = self.build_losses(labels, outputs)
+      at_step = tf.equal(optimizer.iterations + 1, self.task_config.nan_at_step)
+      # Not tf.where(at_step, loss * nan, loss): its gradient is NaN always.
+      loss *= tf.where(at_step, float("nan"), 1.0)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return {self.loss: loss}
+
+
+@exp_factory.register_config_factory("digits_nan")
+def nan_config() -> cfg.ExperimentConfig:
+  config = digits_convnet.get_config()
+  config.task = NanTaskConfig()
   return config

@@ -1,0 +1,140 @@
+"""The top-k best-checkpoint exporter: ranking, records, crash repair."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from tfm_ext import best_checkpoint
+
+
+@pytest.fixture
+def checkpoint():
+  return tf.train.Checkpoint(v=tf.Variable(0.0))
+
+
+def make(tmp_path, comp="higher", k=2, metric="accuracy"):
+  return best_checkpoint.TopKCheckpointExporter(
+      str(tmp_path / "best"), metric_name=metric, metric_comp=comp, k=k)
+
+
+def export(exporter, checkpoint, step, value, key="accuracy"):
+  checkpoint.v.assign(float(step))
+  return exporter.maybe_export_checkpoint(
+      checkpoint, {key: tf.constant(value), "loss": 1.0 / step}, step)
+
+
+def manifest(tmp_path):
+  with open(tmp_path / "best" / best_checkpoint.MANIFEST) as f:
+    return json.load(f)
+
+
+def test_keeps_top_k_best_first_and_deletes_evicted(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  for step, value in [(10, 0.5), (20, 0.7), (30, 0.6), (40, 0.9)]:
+    export(exporter, checkpoint, step, value)
+  kept = manifest(tmp_path)["checkpoints"]
+  assert [e["global_step"] for e in kept] == [40, 20]
+  assert kept[0]["metrics"] == {"accuracy": pytest.approx(0.9),
+                                "loss": pytest.approx(1 / 40)}
+  files = sorted(os.listdir(tmp_path / "best"))
+  assert not [f for f in files if f.startswith("best_ckpt-10.")
+              or f.startswith("best_ckpt-30.")]
+  # The best is what TF and TFM tooling find, with its value restored.
+  best = tf.train.latest_checkpoint(str(tmp_path / "best"))
+  assert best.endswith("best_ckpt-40")
+  assert tf.train.load_checkpoint(best).get_tensor(
+      "v/.ATTRIBUTES/VARIABLE_VALUE") == 40.0
+  with open(tmp_path / "best" / "info.json") as f:
+    info = json.load(f)
+  assert info["best_ckpt_global_step"] == 40.0
+  assert info["accuracy"] == pytest.approx(0.9)
+  assert exporter.best_ckpt_logs["accuracy"] == pytest.approx(0.9)
+
+
+def test_lower_is_better(tmp_path, checkpoint):
+  exporter = make(tmp_path, comp="lower", k=1, metric="loss")
+  for step in (10, 20, 30):
+    export(exporter, checkpoint, step, 0.5)
+  assert [e["global_step"] for e in exporter.kept] == [30]  # loss = 1/step.
+
+
+def test_nan_and_inf_are_never_best(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=3)
+  assert not export(exporter, checkpoint, 10, float("nan"))
+  assert not export(exporter, checkpoint, 20, float("inf"))
+  assert export(exporter, checkpoint, 30, 0.1)
+  assert [e["global_step"] for e in exporter.kept] == [30]
+
+
+def test_tie_keeps_the_older_checkpoint(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=1)
+  assert export(exporter, checkpoint, 10, 0.8)
+  assert not export(exporter, checkpoint, 20, 0.8)
+  assert [e["global_step"] for e in exporter.kept] == [10]
+
+
+def test_nested_metric_names_use_tfm_separator(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=1, metric="coco|AP")
+  checkpoint.v.assign(1.0)
+  exporter.maybe_export_checkpoint(
+      checkpoint, {"coco": {"AP": 0.4, "AR": 0.5}}, 10)
+  exporter.maybe_export_checkpoint(
+      checkpoint, {"coco": {"AP": 0.3, "AR": 0.9}}, 20)
+  assert exporter.kept[0]["global_step"] == 10
+  assert exporter.best_ckpt_logs["coco"]["AP"] == pytest.approx(0.4)
+
+
+def test_missing_metric_is_a_clear_error(tmp_path, checkpoint):
+  exporter = make(tmp_path, metric="acc")
+  with pytest.raises(ValueError, match="'acc' is not in the eval logs.*"
+                     "accuracy"):
+    export(exporter, checkpoint, 10, 0.5)
+
+
+def test_state_survives_a_new_exporter(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  export(exporter, checkpoint, 20, 0.7)
+  again = make(tmp_path, k=2)
+  assert [e["global_step"] for e in again.kept] == [20, 10]
+  assert not export(again, checkpoint, 30, 0.4)
+
+
+def test_crash_before_manifest_leaves_orphan_that_repair_removes(
+    tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  # A crash after the checkpoint files were written, before the manifest:
+  checkpoint.write(str(tmp_path / "best" / "best_ckpt-20"))
+  (tmp_path / "best" / "best_checkpoints.json.tmp").write_text("{")
+  repaired = make(tmp_path, k=2)
+  assert [e["global_step"] for e in repaired.kept] == [10]
+  names = os.listdir(tmp_path / "best")
+  assert not [n for n in names if "best_ckpt-20" in n or n.endswith(".tmp")]
+
+
+def test_entry_whose_files_vanished_is_dropped(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  export(exporter, checkpoint, 20, 0.7)
+  for name in os.listdir(tmp_path / "best"):
+    if name.startswith("best_ckpt-20."):
+      os.remove(tmp_path / "best" / name)
+  repaired = make(tmp_path, k=2)
+  assert [e["global_step"] for e in repaired.kept] == [10]
+  assert manifest(tmp_path)["checkpoints"][0]["global_step"] == 10
+  assert tf.train.latest_checkpoint(str(tmp_path / "best")).endswith("-10")
+
+
+def test_adopts_a_directory_written_by_tfm_exporter(tmp_path, checkpoint):
+  from official.core import train_utils  # pylint: disable=g-import-not-at-top
+  tfm = train_utils.BestCheckpointExporter(str(tmp_path / "best"), "accuracy",
+                                           "higher")
+  tfm.maybe_export_checkpoint(checkpoint, {"accuracy": 0.6}, 15)
+  ours = make(tmp_path, k=2)
+  assert [e["global_step"] for e in ours.kept] == [15]
+  assert tf.train.latest_checkpoint(str(tmp_path / "best"))  # Not deleted.
+  export(ours, checkpoint, 30, 0.7)
+  assert [e["global_step"] for e in ours.kept] == [30, 15]

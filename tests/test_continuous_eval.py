@@ -1,0 +1,91 @@
+"""Exactly-once continuous evaluation beside a real training process."""
+
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from tfm_ext import continuous_eval
+
+TRAIN_ARGS = ("--experiment=digits_convnet",
+              "--params_override=trainer.train_steps=120,"
+              "trainer.steps_per_loop=20,trainer.summary_interval=20,"
+              "trainer.checkpoint_interval=20,trainer.max_to_keep=10,"
+              "trainer.validation_interval=1000,"
+              "trainer.continuous_eval_timeout=120")
+
+
+def ledger(model_dir):
+  with open(os.path.join(model_dir, continuous_eval.LEDGER)) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_evaluator_beside_trainer_evaluates_each_checkpoint_once(
+    start, launch, tmp_path):
+  model_dir = tmp_path / "m"
+  evaluator = start(TRAIN_ARGS[0], "--mode=continuous_eval", TRAIN_ARGS[1],
+                    model_dir=model_dir)
+  trainer = launch(TRAIN_ARGS[0], "--mode=train", TRAIN_ARGS[1],
+                   model_dir=model_dir)
+  trainer_done = time.monotonic()
+  assert trainer.returncode == 0, trainer
+  evaluated = evaluator.finish(timeout=120)
+  assert evaluated.returncode == 0, evaluated
+  # It stopped soon after the final checkpoint, not after the 120 s timeout.
+  assert time.monotonic() - trainer_done < 30
+
+  saved = {int(p.rsplit("-", 1)[1]) for p in
+           tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths}
+  entries = ledger(model_dir)
+  steps = [e["global_step"] for e in entries]
+  assert len(steps) == len(set(steps)), steps  # Exactly once.
+  assert set(steps) == saved, (steps, saved)
+  assert all(e["status"] == "evaluated" for e in entries)
+  assert steps[-1] == 120
+  assert evaluated.summary()["eval_metrics"]["accuracy"] > 0.5
+  # The evaluator ran the best-checkpoint exporter on the trainer's model_dir.
+  with open(model_dir / "best_ckpt" / "best_checkpoints.json") as f:
+    assert json.load(f)["checkpoints"]
+
+  # A restarted evaluator finds everything done and evaluates nothing again.
+  again = launch(TRAIN_ARGS[0], "--mode=continuous_eval", TRAIN_ARGS[1],
+                 model_dir=model_dir)
+  assert again.returncode == 0, again
+  assert len(ledger(model_dir)) == len(entries)
+  assert "eval @" not in again.stdout
+
+
+def test_checkpoint_deleted_before_it_was_read_is_skipped(launch, tmp_path):
+  model_dir = tmp_path / "m"
+  trained = launch(TRAIN_ARGS[0], "--mode=train",
+                   "--params_override=trainer.train_steps=40,"
+                   "trainer.steps_per_loop=10,trainer.checkpoint_interval=10",
+                   model_dir=model_dir)
+  assert trained.returncode == 0, trained
+  # What max_to_keep leaves an evaluator that listed ckpt-20 a moment ago:
+  # the state file still names it, its files are gone.
+  for name in os.listdir(model_dir):
+    if name.startswith("ckpt-20."):
+      os.remove(model_dir / name)
+  run = launch(TRAIN_ARGS[0], "--mode=continuous_eval",
+               "--params_override=trainer.train_steps=40",
+               model_dir=model_dir)
+  assert run.returncode == 0, run
+  assert "ckpt-20 vanished before it was evaluated" in run.stderr, run
+  assert "Logging error" not in run.stderr
+  status = {e["global_step"]: e["status"] for e in ledger(model_dir)}
+  assert status[20] == "missing" and status[40] == "evaluated"
+
+
+def test_no_trainer_and_no_checkpoint_waits_timeout_then_exits(
+    launch, tmp_path):
+  begin = time.monotonic()
+  run = launch("--experiment=digits_convnet", "--mode=continuous_eval",
+               "--params_override=trainer.continuous_eval_timeout=3",
+               model_dir=tmp_path / "m")
+  assert run.returncode == 2, run
+  assert "No checkpoint appeared" in run.stderr
+  assert "continuous_eval_timeout=3s" in run.stderr
+  assert time.monotonic() - begin >= 3
+  assert "Traceback" not in run.stderr

@@ -1,0 +1,69 @@
+"""SIGKILL at random moments, checkpoint writes included: always restorable."""
+
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from tfm_ext import best_checkpoint
+
+TRIALS = 10
+STEPS = 1500
+# Checkpoints every 10-step loop and an evaluation (so a best-checkpoint
+# export) every 50 steps: most of the run is spent near a write.
+ARGS = ("--experiment=digits_convnet", "--mode=train_and_eval",
+        f"--params_override=trainer.train_steps={STEPS},"
+        "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+        "trainer.checkpoint_interval=10,trainer.validation_interval=50,"
+        "trainer.max_to_keep=2")
+
+
+def assert_restorable(model_dir):
+  """Every checkpoint a relaunch could pick up reads back completely."""
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest:
+    reader = tf.train.load_checkpoint(latest)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  best_dir = os.path.join(model_dir, "best_ckpt")
+  manifest = os.path.join(best_dir, best_checkpoint.MANIFEST)
+  if os.path.exists(manifest):
+    with open(manifest) as f:
+      for entry in json.load(f)["checkpoints"]:
+        tf.train.load_checkpoint(os.path.join(best_dir, entry["path"]))
+  return latest
+
+
+@pytest.mark.slow
+def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
+    start, launch, tmp_path):
+  rng = random.Random(int(time.time()))
+  model_dir = str(tmp_path / "m")
+  kills = []
+  deadline = time.monotonic() + 240
+  for trial in range(TRIALS):
+    if time.monotonic() > deadline:
+      break
+    job = start(*ARGS, model_dir=model_dir)
+    # Start-up takes about 5 s on 2 cores: some kills land before training.
+    delay = rng.uniform(3.0, 9.0)
+    time.sleep(delay)
+    if job.proc.poll() is not None:
+      break  # Training finished first: nothing left to interrupt.
+    job.proc.send_signal(signal.SIGKILL)
+    job.proc.wait()
+    latest = assert_restorable(model_dir)
+    kills.append((trial, round(delay, 2), latest and os.path.basename(latest)))
+  assert len(kills) >= TRIALS or time.monotonic() > deadline, kills
+  print("kills (trial, seconds after start, latest checkpoint):", kills)
+
+  final = launch(*ARGS, model_dir=model_dir)
+  assert final.returncode == 0, (kills, final)
+  summary = final.summary()
+  assert summary["global_step"] == STEPS
+  assert summary["resumes"] >= 1, kills
+  assert_restorable(model_dir)

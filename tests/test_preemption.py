@@ -1,0 +1,132 @@
+"""Preemption, resume and in-process recovery, with real processes and signals."""
+
+import glob
+import re
+import signal
+
+import pytest
+import tensorflow as tf
+
+from conftest import DOWNSTREAM_TRAIN
+
+SPL = 10  # steps_per_loop
+RUN = ("--experiment=digits_convnet", "--mode=train_and_eval",
+       "--params_override=trainer.train_steps=400,trainer.steps_per_loop=10,"
+       "trainer.summary_interval=10,trainer.checkpoint_interval=100,"
+       "trainer.validation_interval=200")
+
+
+def _step(line):
+  return int(re.match(r"step (\d+)/", line).group(1))
+
+
+def _summary_steps(model_dir):
+  steps = set()
+  for path in glob.glob(f"{model_dir}/train/events.out.tfevents.*"):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      if any(v.tag == "training_loss" for v in event.summary.value):
+        steps.add(event.step)
+  return steps
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_at_current_step_exits_42_and_relaunch_resumes(
+    start, launch, tmp_path, sig):
+  model_dir = tmp_path / "m"
+  job = start(*RUN, model_dir=model_dir)
+  last = job.wait_for_line(lambda l: l.startswith("step ") and _step(l) >= 50)
+  job.proc.send_signal(sig)
+  run = job.finish()
+  assert run.returncode == 42, run
+  assert "preempted:" in run.stderr and "Traceback" not in run.stderr
+  saved = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+  # The loop in flight when the signal came ends at most one loop later.
+  assert _step(last) <= saved <= _step(last) + SPL, (last, saved)
+  summary = run.summary()
+  assert summary["status"] == "preempted"
+  assert summary["global_step"] == saved
+  assert saved in _summary_steps(model_dir)  # That loop's summary flushed.
+
+  relaunch = launch(*RUN, model_dir=model_dir)
+  assert relaunch.returncode == 0, relaunch
+  summary = relaunch.summary()
+  assert summary["status"] == "completed"
+  assert summary["global_step"] == 400
+  assert summary["resumed_from_step"] == saved
+  assert summary["resumes"] == 1
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-400")
+
+
+def test_transient_error_rebuilds_and_resumes_in_process(launch, tmp_path):
+  run = launch("--experiment=digits_convnet", "--mode=train", "--trainer=flaky",
+               "--restart_backoff_seconds=0.1",
+               "--params_override=trainer.train_steps=60,"
+               "trainer.steps_per_loop=10,trainer.checkpoint_interval=10",
+               model_dir=tmp_path / "m", script=DOWNSTREAM_TRAIN,
+               env={"FLAKY_AT_STEP": "30"})
+  assert run.returncode == 0, run
+  assert ("restart 1/3 after UnavailableError: injected: a peer became "
+          "unavailable" in run.stdout), run
+  summary = run.summary()
+  assert summary["restarts"] == 1
+  assert summary["global_step"] == 60
+  # The rebuilt trainer resumed from the checkpoint of the last full loop.
+  assert summary["resumed_from_step"] == 20
+  assert summary["resumes"] == 1
+
+
+def test_transient_errors_beyond_max_restarts_fail(launch, tmp_path):
+  run = launch("--experiment=digits_convnet", "--mode=train", "--trainer=flaky",
+               "--max_restarts=0",
+               "--params_override=trainer.train_steps=40,trainer.steps_per_loop=10",
+               model_dir=tmp_path / "m", script=DOWNSTREAM_TRAIN)
+  assert run.returncode != 0
+  assert "UnavailableError" in run.stderr and "Traceback" in run.stderr
+
+
+def test_nan_loss_names_the_step_and_keeps_last_checkpoint(launch, tmp_path):
+  model_dir = tmp_path / "m"
+  run = launch("--experiment=digits_nan", "--mode=train",
+               "--params_override=trainer.train_steps=60,"
+               "trainer.steps_per_loop=10,trainer.checkpoint_interval=10,"
+               "task.nan_at_step=25",
+               model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  assert run.returncode == 3, run
+  assert "not finite (NaN or inf) at step 25" in run.stderr, run
+  assert "Traceback" not in run.stderr
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert latest.endswith("ckpt-20"), latest
+  reader = tf.train.load_checkpoint(latest)
+  for name in reader.get_variable_to_shape_map():
+    value = reader.get_tensor(name)
+    if getattr(value, "dtype", None) is not None and value.dtype.kind == "f":
+      assert tf.reduce_all(tf.math.is_finite(value)), name
+  assert run.summary()["status"] == "failed"
+
+
+def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
+    launch, tmp_path, data_dir):
+  from experiments import digits_convnet  # pylint: disable=g-import-not-at-top
+  source = digits_convnet.bundled_tfrecords("train")
+  data = bytearray(open(source, "rb").read())
+  good = tmp_path / "good.tfrecord"
+  good.write_bytes(bytes(data))
+  model_dir = tmp_path / "m"
+  args = ("--experiment=digits_convnet", "--mode=train",
+          f"--params_override=task.train_data.input_path={good},"
+          "trainer.train_steps={steps},trainer.steps_per_loop=10,"
+          "trainer.checkpoint_interval=10")
+  first = launch(*args[:2], args[2].format(steps=20), model_dir=model_dir)
+  assert first.returncode == 0, first
+
+  middle = len(data) // 2
+  data[middle:middle + 64] = bytes(64)  # Breaks a record's payload CRC.
+  good.write_bytes(bytes(data))
+  second = launch(*args[:2], args[2].format(steps=40), model_dir=model_dir)
+  assert second.returncode == 3, second
+  assert "Input data is corrupt" in second.stderr, second
+  assert "Traceback" not in second.stderr
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert latest.endswith("ckpt-20")
+  assert tf.train.load_checkpoint(latest).get_tensor(
+      "global_step/.ATTRIBUTES/VARIABLE_VALUE") == 20
