@@ -11,6 +11,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "launchers", "train.py")
 DOWNSTREAM_TRAIN = os.path.join(REPO, "tests", "downstream", "train.py")
+# The same launcher on two logical CPU devices: `mirrored` gets 2 replicas.
+TWO_CPUS_TRAIN = os.path.join(REPO, "tests", "downstream", "train_two_cpus.py")
 
 # A short digits_convnet run: 40 steps, evaluation every 20.
 SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, SMOKE
+from conftest import SMOKE, TWO_CPUS_TRAIN
 
 EXP = "--experiment=digits_convnet"
 
@@ -78,23 +78,10 @@ def test_eval_without_checkpoint(launch, tmp_path):
 
 def test_global_batch_not_divisible_by_replicas(launch, tmp_path):
   # Two logical CPUs and `mirrored` give two replicas; 63 does not split.
-  script = tmp_path / "two_cpus.py"
-  script.write_text(textwrap.dedent(f"""
-      import sys
-      import tensorflow as tf
-      cpu = tf.config.list_physical_devices("CPU")[0]
-      tf.config.set_logical_device_configuration(
-          cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-      sys.argv[0] = {os.path.join(REPO, "launchers", "train.py")!r}
-      from absl import app
-      import tfm_ext.launcher
-      import registry_imports
-      app.run(tfm_ext.launcher.main)
-  """))
   run = launch(EXP, "--mode=train", "--params_override="
                "runtime.distribution_strategy=mirrored,"
                "task.train_data.global_batch_size=63",
-               model_dir=tmp_path / "m", script=str(script))
+               model_dir=tmp_path / "m", script=TWO_CPUS_TRAIN)
   assert_clean_usage_error(run, "task.train_data.global_batch_size=63",
                            "2 replicas")
 

@@ -24,6 +24,8 @@ Override any hook in a subclass and register it with
 `@tfm_ext.register_trainer("name")`; select it with `--trainer=name`.
 """
 
+import hashlib
+import json
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
@@ -45,6 +47,10 @@ class CustomTrainer(base_trainer.Trainer):
   """A `base_trainer.Trainer` whose loop pieces are public, documented hooks.
 
   Differences from TFM's `Trainer`:
+    * With `trainer.checkpoint_input_iterator` (the default) the training
+      input iterator is in the checkpoint: a resumed run reads exactly the
+      batches an uninterrupted one would; so are the random generators of
+      Keras layers, when they use them (deterministic mode).
     * `runtime.enable_xla` compiles the train step with XLA on CPU too (TFM
       compiles only when `num_gpus > 0`); see `_build_xla_step`.
     * `train_loop_end` reports the learning rate of every optimizer when the
@@ -52,8 +58,36 @@ class CustomTrainer(base_trainer.Trainer):
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
   """
 
-  def __init__(self, config, task, model, optimizer, **kwargs):
-    super().__init__(config, task, model, optimizer, **kwargs)
+  def __init__(self, config, task, model, optimizer, train=True,
+               evaluate=True, train_dataset=None, **kwargs):
+    strategy = tf.distribute.get_strategy()
+    self._host_input = (
+        train and train_dataset is None
+        and getattr(config.trainer, "checkpoint_input_iterator", False)
+        and host_input_supported(strategy))
+    if self._host_input:
+      train_dataset = task.build_inputs(config.task.train_data,
+                                        input_context=_input_context(strategy))
+    super().__init__(config, task, model, optimizer, train=train,
+                     evaluate=evaluate, train_dataset=train_dataset, **kwargs)
+    extra = {}
+    if self._host_input:
+      # Orbit builds the iterator at the first train(); the checkpoint needs
+      # it now, since the controller restores before training.
+      self._train_iter = iter(self.train_dataset)
+      # Keyed by the data config: a position in one pipeline means nothing
+      # in another (`--allow_config_change` with a new batch size, say), so
+      # a changed pipeline starts afresh instead of failing to restore.
+      extra["train_input"] = {
+          _fingerprint(config.task.train_data.as_dict()): self._train_iter}
+    generators = random_generators(model)
+    if generators:
+      extra["random_generators"] = generators
+    if extra:
+      self._checkpoint = tf.train.Checkpoint(
+          global_step=self.global_step, model=self.model,
+          optimizer=self.optimizer, **extra,
+          **getattr(model, "checkpoint_items", {}))
     # The first step whose loss was not finite (0: none yet). Set inside the
     # step without a host sync, read once per loop by `train_loop_end`.
     self._first_nonfinite_step = tf.Variable(
@@ -99,7 +133,33 @@ class CustomTrainer(base_trainer.Trainer):
     loss and increments the global step.
     """
 
-    self._run_replicas(self.next_train_inputs(iterator))
+    inputs = self.next_train_inputs(iterator)
+    if self._host_input:
+      inputs = self._split_across_replicas(inputs)
+    self._run_replicas(inputs)
+
+  @property
+  def checkpoints_input_iterator(self) -> bool:
+    """Whether checkpoints hold the training input iterator's position."""
+    return self._host_input
+
+  def _split_across_replicas(self, inputs):
+    """Gives each local replica its slice of this worker's batch."""
+    replicas = len(self.strategy.extended.worker_devices)
+    if replicas == 1:
+      return inputs
+
+    def replica_slice(ctx):
+      index = ctx.replica_id_in_sync_group % replicas
+
+      def take(t):
+        size = tf.shape(t)[0] // replicas
+        return t[index * size:(index + 1) * size]
+
+      return tf.nest.map_structure(take, inputs)
+
+    return self.strategy.experimental_distribute_values_from_function(
+        replica_slice)
 
   def _run_replicas_eagerly_or_traced(self, inputs):
     def step_fn(inputs):
@@ -216,6 +276,53 @@ class CustomTrainer(base_trainer.Trainer):
     if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
       self.optimizer.swap_weights()
     return logs
+
+
+def random_generators(model) -> Dict[str, tf.random.Generator]:
+  """The `tf.random.Generator` of each Keras random layer (dropout...).
+
+  Keras keeps them out of checkpoints (for old checkpoints' sake), so a
+  resumed run would draw other dropout masks than an uninterrupted one.
+  They exist when Keras layers use generators (deterministic mode turns
+  that on); they are created here, before the checkpoint is restored.
+  """
+  generators = {}
+  for layer in getattr(model, "submodules", ()):
+    rng = getattr(layer, "_random_generator", None)
+    if rng is None or not hasattr(rng, "_maybe_init"):
+      continue
+    rng._maybe_init()  # pylint: disable=protected-access
+    generator = getattr(rng, "_generator", None)
+    if isinstance(generator, tf.random.Generator):
+      generators[layer.name] = generator
+  return generators
+
+
+def host_input_supported(strategy: tf.distribute.Strategy) -> bool:
+  """Whether training input can come from one host iterator per worker.
+
+  A `tf.distribute` iterator cannot be checkpointed; a plain tf.data one
+  can, so with `checkpoint_input_iterator` each worker reads its shard
+  through a plain iterator and splits batches across its replicas. TPU and
+  parameter-server strategies need their distributed iterators.
+  """
+  return not isinstance(strategy, (
+      tf.distribute.TPUStrategy,
+      tf.distribute.experimental.ParameterServerStrategy))
+
+
+def _fingerprint(value) -> str:
+  return hashlib.sha256(json.dumps(value, sort_keys=True, default=str)
+                        .encode()).hexdigest()[:12]
+
+
+def _input_context(strategy: tf.distribute.Strategy):
+  local = len(strategy.extended.worker_devices)
+  resolver = getattr(strategy, "cluster_resolver", None)
+  return tf.distribute.InputContext(
+      num_input_pipelines=max(strategy.num_replicas_in_sync // local, 1),
+      input_pipeline_id=(resolver.task_id or 0) if resolver else 0,
+      num_replicas_in_sync=strategy.num_replicas_in_sync)
 
 
 def xla_scope(devices: Sequence[str]) -> Optional[str]:

@@ -24,8 +24,10 @@ from official.core import train_utils
 from official.modeling import performance
 
 from tfm_ext import best_checkpoint
+from tfm_ext import config_drift
 from tfm_ext import console
 from tfm_ext import continuous_eval
+from tfm_ext import determinism
 from tfm_ext import modes
 from tfm_ext import preemption
 from tfm_ext import preflight
@@ -44,6 +46,8 @@ class RunRequest:
   params: config_definitions.ExperimentConfig
   # time.time() when the process started, for time to first step and wall.
   start_time: float = dataclasses.field(default_factory=time.time)
+  # Resume a model_dir whose params.yaml differs in more than cadence.
+  allow_config_change: bool = False
 
 
 def build_strategy(params: config_definitions.ExperimentConfig):
@@ -109,6 +113,8 @@ def prepare(request: RunRequest) -> Plan:
                   needs_checkpoint=mode.needs_checkpoint,
                   model_dir=request.model_dir,
                   strategy=strategy)
+  if mode.trains:
+    config_drift.check(params, request.model_dir, request.allow_config_change)
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,
               strategy=strategy)
 
@@ -167,6 +173,7 @@ def run(plan: Plan,
   request, mode, strategy = plan.request, plan.mode, plan.strategy
   params, model_dir = request.params, request.model_dir
   watcher = watcher or preemption.SignalWatcher(signals=())
+  deterministic = determinism.apply(params.runtime)
 
   if mode.trains:
     # Only training writes params.yaml: an evaluator beside the trainer on
@@ -223,6 +230,9 @@ def run(plan: Plan,
         train_steps=params.trainer.train_steps,
         resumed_from_step=restored_step,
         resumes=resumes,
+        deterministic=deterministic,
+        input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
+                                    False),
         train_metrics=progress.last_logs,
         eval_metrics=eval_progress.last_logs,
         examples_per_second=progress.examples_per_second,

@@ -58,6 +58,10 @@ flags.DEFINE_integer(
     "AbortedError) before the job fails.")
 flags.DEFINE_float("restart_backoff_seconds", 2.0,
                    "Wait before the n-th restart: this times 2**(n-1).")
+flags.DEFINE_bool(
+    "allow_config_change", False,
+    "Resume a model_dir even though the config differs from its params.yaml "
+    "in more than cadence fields (train_steps, intervals...).")
 flags.DEFINE_bool("list", False,
                   "List registered experiments, tasks, trainers and models.")
 
@@ -173,4 +177,5 @@ def _request() -> driver.RunRequest:
   return driver.RunRequest(
       experiment=FLAGS.experiment, mode=FLAGS.mode,
       model_dir=os.path.expanduser(FLAGS.model_dir), params=params,
-      start_time=_process_start_time())
+      start_time=_process_start_time(),
+      allow_config_change=FLAGS.allow_config_change)

@@ -47,11 +47,23 @@ def _eval(ctx: ModeContext) -> Logs:
 
 
 def _train_and_eval(ctx: ModeContext) -> Logs:
-  trainer = ctx.params.trainer
-  return ctx.controller.train_and_evaluate(
-      train_steps=trainer.train_steps,
-      eval_steps=trainer.validation_steps,
-      eval_interval=trainer.validation_interval)
+  """Trains, evaluating at every multiple of `validation_interval`.
+
+  Orbit's `train_and_evaluate` counts the interval from the step it starts
+  at, so a resumed run would evaluate at other steps than an uninterrupted
+  one; here evaluations stay on the same grid.
+  """
+  trainer, controller = ctx.params.trainer, ctx.controller
+  interval = trainer.validation_interval or trainer.train_steps
+  output = None
+  step = int(controller.global_step.numpy())
+  while step < trainer.train_steps:
+    stop = min((step // interval + 1) * interval, trainer.train_steps)
+    controller.train(steps=stop,
+                     checkpoint_at_completion=stop == trainer.train_steps)
+    output = controller.evaluate(steps=trainer.validation_steps)
+    step = int(controller.global_step.numpy())
+  return output
 
 
 def _train_and_post_eval(ctx: ModeContext) -> Logs:

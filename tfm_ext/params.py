@@ -60,11 +60,7 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
     raise UsageError(registry.unknown_name_message(
         "experiment", sources.experiment, experiment_names()))
   params = exp_factory.get_exp_config(sources.experiment)
-  present = params.trainer.as_dict()
-  missing = {k: v for k, v in trainers.added_fields().items()
-             if k not in present}
-  if missing:
-    params.override({"trainer": missing}, is_strict=False)
+  _add_missing_fields(params)
 
   for path in sources.config_files:
     if not os.path.exists(path):
@@ -88,6 +84,24 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
     raise UsageError(f"The experiment config is invalid: {e}") from e
   params.lock()
   return params
+
+
+# Fields tfm_ext adds to TFM's `RuntimeConfig` (see `tfm_ext.determinism`).
+RUNTIME_FIELDS = {"deterministic": False, "seed": 0}
+
+
+def _add_missing_fields(params) -> None:
+  """Adds tfm_ext's config fields, with defaults, where the config lacks them.
+
+  Experiments built on `tfm_ext.TrainerConfig` declare the trainer ones; TFM's
+  own experiments get them here, so YAML files and overrides can set them.
+  """
+  for section, fields in (("trainer", trainers.added_fields()),
+                          ("runtime", RUNTIME_FIELDS)):
+    present = getattr(params, section).as_dict()
+    missing = {k: v for k, v in fields.items() if k not in present}
+    if missing:
+      params.override({section: missing}, is_strict=False)
 
 
 def _override(params, source: str, where: str):

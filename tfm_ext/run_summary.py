@@ -29,6 +29,10 @@ class RunSummary:
   resumes: int = 0
   # In-process restarts after transient errors in this process.
   restarts: int = 0
+  # runtime.deterministic, and whether checkpoints hold the input iterator:
+  # a resume is exact (bitwise an uninterrupted run) only with both.
+  deterministic: bool = False
+  input_in_checkpoint: bool = False
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None

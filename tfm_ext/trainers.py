@@ -23,12 +23,17 @@ class TrainerConfig(config_definitions.TrainerConfig):
   Attributes:
     name: the registered trainer to run.
     best_checkpoint_top_k: how many best checkpoints the exporter keeps.
+    checkpoint_input_iterator: whether checkpoints hold the training input
+      iterator's position, so a resumed run sees exactly the data an
+      uninterrupted one would (`CustomTrainer`; costs the size of the
+      iterator's buffers in each checkpoint).
 
   Experiments whose config lacks these fields (TFM's own) get them, with
   these defaults, when the launcher builds their params.
   """
   name: str = DEFAULT_TRAINER
   best_checkpoint_top_k: int = 1
+  checkpoint_input_iterator: bool = True
 
 
 def added_fields():

@@ -150,3 +150,12 @@ def nan_config() -> cfg.ExperimentConfig:
   config = digits_convnet.get_config()
   config.task = NanTaskConfig()
   return config
+
+
+@tfm_ext.register_trainer("announcing")
+class AnnouncingTrainer(tfm_ext.CustomTrainer):
+  """Prints a line when an evaluation begins, so a test can kill it there."""
+
+  def eval_begin(self):
+    print(f"eval begins @ step {int(self.global_step.numpy())}", flush=True)
+    return super().eval_begin()

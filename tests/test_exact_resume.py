@@ -1,0 +1,114 @@
+"""Exact resume: killed anywhere and resumed, bitwise an uninterrupted run."""
+
+import random
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import DOWNSTREAM_TRAIN, TWO_CPUS_TRAIN
+
+STEPS = 150
+
+
+def args(*overrides):
+  return ("--experiment=digits_convnet", "--mode=train_and_eval",
+          "--trainer=announcing",
+          f"--params_override=trainer.train_steps={STEPS},"
+          "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+          "trainer.checkpoint_interval=10,trainer.validation_interval=50,"
+          "runtime.deterministic=true" + "".join("," + o for o in overrides))
+
+
+def numeric_tensors(model_dir):
+  reader = tf.train.load_checkpoint(f"{model_dir}/ckpt-{STEPS}")
+  dtypes = reader.get_variable_to_dtype_map()
+  return {k: reader.get_tensor(k) for k, d in dtypes.items()
+          if d not in (tf.string, tf.variant)}
+
+
+def differing(dir_a, dir_b):
+  a, b = numeric_tensors(dir_a), numeric_tensors(dir_b)
+  assert a.keys() == b.keys()
+  return sorted(k for k in a if not np.array_equal(a[k], b[k]))
+
+
+def interrupt(start, model_dir, script, run_args, line_pattern, sig):
+  """Starts the run, sends `sig` once a stdout line matches; returns it."""
+  job = start(*run_args, model_dir=model_dir, script=script)
+  job.wait_for_line(lambda l: re.match(line_pattern, l) is not None)
+  job.proc.send_signal(sig)
+  result = job.finish()
+  expected = (42,) if sig == signal.SIGTERM else (-signal.SIGKILL,)
+  assert result.returncode in expected, result
+  return result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir):
+  """The reference: the same run, never interrupted (single device)."""
+  from conftest import _command, Result  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path_factory.mktemp("uninterrupted")
+  cmd, env = _command(args(), model_dir, DOWNSTREAM_TRAIN, data_dir, None)
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                        timeout=300)
+  result = Result(proc, str(model_dir))
+  assert result.returncode == 0, result
+  assert result.summary()["deterministic"] is True
+  assert result.summary()["input_in_checkpoint"] is True
+  return str(model_dir)
+
+
+@pytest.mark.slow
+def test_killed_at_random_steps_and_resumed_is_bitwise_identical(
+    uninterrupted, start, launch, tmp_path):
+  rng = random.Random(time.time())
+  mid_epoch = rng.choice([20, 30, 40])  # An epoch is 22.45 steps.
+  late = rng.choice([110, 120, 130])
+  model_dir = tmp_path / "interrupted"
+  run_args = args()
+  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+            rf"step {mid_epoch}/", signal.SIGKILL)
+  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+            r"eval begins @ step (50|100)", signal.SIGKILL)
+  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+            rf"step {late}/", signal.SIGTERM)
+  final = launch(*run_args, model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  assert final.returncode == 0, final
+  assert final.summary()["resumes"] >= 2
+  assert differing(uninterrupted, model_dir) == [], (mid_epoch, late)
+
+
+@pytest.mark.slow
+def test_without_iterator_state_a_resume_is_not_exact(
+    uninterrupted, start, launch, tmp_path):
+  """The check above can fail: leaving the iterator out breaks exactness."""
+  model_dir = tmp_path / "no_iterator"
+  run_args = args("trainer.checkpoint_input_iterator=false")
+  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args, r"step 30/",
+            signal.SIGKILL)
+  final = launch(*run_args, model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  assert final.returncode == 0, final
+  assert final.summary()["input_in_checkpoint"] is False
+  assert differing(uninterrupted, model_dir)
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpus_resumes_bitwise_identical(
+    launch, start, tmp_path):
+  run_args = args("runtime.distribution_strategy=mirrored")
+  reference = launch(*run_args, model_dir=tmp_path / "reference",
+                     script=TWO_CPUS_TRAIN)
+  assert reference.returncode == 0, reference
+  model_dir = tmp_path / "interrupted"
+  interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args, r"step 30/",
+            signal.SIGKILL)
+  interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args,
+            r"eval begins @ step 100", signal.SIGTERM)
+  final = launch(*run_args, model_dir=model_dir, script=TWO_CPUS_TRAIN)
+  assert final.returncode == 0, final
+  assert differing(tmp_path / "reference", model_dir) == []

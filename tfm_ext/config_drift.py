@@ -1,0 +1,70 @@
+"""Refuses to resume with a config that would make the resume wrong.
+
+A training job that finds a checkpoint in `model_dir` compares its config
+with the `params.yaml` the earlier run wrote. Fields that only change how
+long or how often things happen (`HARMLESS`) may differ; any other change
+(model, data, batch size, optimizer, trainer name...) is refused with a
+readable diff, unless the user passes `--allow_config_change`.
+"""
+
+from typing import Any, Dict, List
+
+import tensorflow as tf
+import yaml
+
+from tfm_ext.errors import UsageError
+
+# Dotted prefixes of fields that a resumed run may change.
+HARMLESS = (
+    "trainer.train_steps",
+    "trainer.steps_per_loop",
+    "trainer.summary_interval",
+    "trainer.checkpoint_interval",
+    "trainer.max_to_keep",
+    "trainer.validation_interval",
+    "trainer.validation_steps",
+    "trainer.continuous_eval_timeout",
+    "trainer.best_checkpoint_",
+    "runtime.tpu",
+)
+
+
+def _flatten(tree: Any, prefix: str = "") -> Dict[str, Any]:
+  if isinstance(tree, dict):
+    out = {}
+    for key, value in tree.items():
+      out.update(_flatten(value, f"{prefix}{key}."))
+    return out
+  return {prefix[:-1]: tree}
+
+
+def diff(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+  """Lines `key: old -> new` for every non-harmless field that differs."""
+  old_flat, new_flat = _flatten(old), _flatten(new)
+  lines = []
+  for key in sorted(set(old_flat) | set(new_flat)):
+    if key.startswith(HARMLESS):
+      continue
+    before = old_flat.get(key, "<absent>")
+    after = new_flat.get(key, "<absent>")
+    if before != after:
+      lines.append(f"  {key}: {before!r} -> {after!r}")
+  return lines
+
+
+def check(params, model_dir: str, allow_change: bool) -> None:
+  """Raises `UsageError` if resuming `model_dir` with `params` is unsafe."""
+  saved = f"{model_dir}/params.yaml"
+  if not (tf.io.gfile.exists(saved) and tf.train.latest_checkpoint(model_dir)):
+    return
+  with tf.io.gfile.GFile(saved) as f:
+    old = yaml.load(f, Loader=yaml.FullLoader) or {}
+  # Round-trip through YAML as TFM writes it, so both sides have one type.
+  new = yaml.load(yaml.dump(params.as_dict()), Loader=yaml.FullLoader)
+  lines = diff(old, new)
+  if lines and not allow_change:
+    raise UsageError(
+        f"--model_dir={model_dir!r} holds a checkpoint of a run with another "
+        "config, and resuming it with this one would not continue that run:\n"
+        + "\n".join(lines) + "\nUse a new --model_dir, or pass "
+        "--allow_config_change to resume anyway.")
