@@ -28,6 +28,15 @@ def data_dir(tmp_path_factory):
   return path
 
 
+def numeric_tensors(checkpoint_path):
+  """Every numeric tensor of a checkpoint (the iterator's state is not)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  return {name: reader.get_tensor(name)
+          for name, dtype in reader.get_variable_to_dtype_map().items()
+          if dtype not in (tf.string, tf.variant)}
+
+
 class Result:
   """A finished launcher process and its `model_dir`."""
 

@@ -3,7 +3,6 @@
 import os
 import textwrap
 
-import pytest
 
 from conftest import SMOKE, TWO_CPUS_TRAIN
 

@@ -7,9 +7,8 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from conftest import DOWNSTREAM_TRAIN, TWO_CPUS_TRAIN
+from conftest import DOWNSTREAM_TRAIN, TWO_CPUS_TRAIN, numeric_tensors
 
 STEPS = 150
 
@@ -23,15 +22,9 @@ def args(*overrides):
           "runtime.deterministic=true" + "".join("," + o for o in overrides))
 
 
-def numeric_tensors(model_dir):
-  reader = tf.train.load_checkpoint(f"{model_dir}/ckpt-{STEPS}")
-  dtypes = reader.get_variable_to_dtype_map()
-  return {k: reader.get_tensor(k) for k, d in dtypes.items()
-          if d not in (tf.string, tf.variant)}
-
-
 def differing(dir_a, dir_b):
-  a, b = numeric_tensors(dir_a), numeric_tensors(dir_b)
+  a = numeric_tensors(f"{dir_a}/ckpt-{STEPS}")
+  b = numeric_tensors(f"{dir_b}/ckpt-{STEPS}")
   assert a.keys() == b.keys()
   return sorted(k for k in a if not np.array_equal(a[k], b[k]))
 

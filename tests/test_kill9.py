@@ -9,6 +9,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from conftest import numeric_tensors
 from tfm_ext import best_checkpoint
 
 TRIALS = 10
@@ -26,10 +27,7 @@ def assert_restorable(model_dir):
   """Every checkpoint a relaunch could pick up reads back completely."""
   latest = tf.train.latest_checkpoint(model_dir)
   if latest:
-    reader = tf.train.load_checkpoint(latest)
-    for name, dtype in reader.get_variable_to_dtype_map().items():
-      if dtype != tf.variant:  # The iterator's state: no NumPy form.
-        reader.get_tensor(name)
+    numeric_tensors(latest)  # Reads every tensor back.
   best_dir = os.path.join(model_dir, "best_ckpt")
   manifest = os.path.join(best_dir, best_checkpoint.MANIFEST)
   if os.path.exists(manifest):

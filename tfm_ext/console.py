@@ -8,14 +8,17 @@ controller prints each of its own lines to stdout and logs it too;
 the console once.
 """
 
+import os
 import sys
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, TextIO
 
+from absl import flags as absl_flags
 from absl import logging
 import numpy as np
 import orbit
 from orbit import controller as orbit_controller
+import tensorflow as tf
 
 
 def quiet_orbit_controller() -> None:
@@ -110,3 +113,24 @@ class EvalProgress:
     step = int(self._global_step.numpy())
     print(f"eval @ step {step} | {_format_logs(self.last_logs)}",
           file=self._stream, flush=True)
+
+
+def log_to_files(model_dir: str) -> None:
+  """Keeps the console to progress lines and warnings; the rest goes to a file.
+
+  The full absl log goes to `model_dir/logs/`. `--alsologtostderr` or
+  `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
+  """
+  flags = absl_flags.FLAGS
+  if flags.logtostderr or flags.alsologtostderr:
+    return
+  log_dir = os.path.join(model_dir, "logs")
+  os.makedirs(log_dir, exist_ok=True)
+  logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
+  # TensorFlow's Python logger has a stderr handler of its own; without it
+  # its records reach the absl handler, and so the file, like the others.
+  tf_logger = tf.get_logger()
+  for handler in list(tf_logger.handlers):
+    tf_logger.removeHandler(handler)
+  if not flags["stderrthreshold"].present:
+    flags.stderrthreshold = "warning"

@@ -26,11 +26,12 @@ Override any hook in a subclass and register it with
 
 import hashlib
 import json
+import os
+import tempfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
-import tf_keras  # pylint: disable=unused-import
 
 from official.core import base_trainer
 from official.core import train_utils
@@ -61,20 +62,30 @@ class CustomTrainer(base_trainer.Trainer):
   def __init__(self, config, task, model, optimizer, train=True,
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
-    self._host_input = (
-        train and train_dataset is None
+    host_iterator = None
+    if (train and train_dataset is None
         and getattr(config.trainer, "checkpoint_input_iterator", False)
-        and host_input_supported(strategy))
-    if self._host_input:
+        and host_input_supported(strategy)):
       train_dataset = task.build_inputs(config.task.train_data,
                                         input_context=_input_context(strategy))
+      host_iterator = iter(train_dataset)
+      why_not = unsaveable_reason(host_iterator)
+      if why_not:
+        logging.warning(
+            "The training input pipeline cannot be checkpointed (%s), so a "
+            "resumed run will not see exactly the data of an uninterrupted "
+            "one. Use stateless random ops (tf.random.stateless_*) in the "
+            "pipeline, or set trainer.checkpoint_input_iterator=false to "
+            "silence this.", why_not)
+        train_dataset = host_iterator = None
+    self._host_input = host_iterator is not None
     super().__init__(config, task, model, optimizer, train=train,
                      evaluate=evaluate, train_dataset=train_dataset, **kwargs)
     extra = {}
     if self._host_input:
       # Orbit builds the iterator at the first train(); the checkpoint needs
       # it now, since the controller restores before training.
-      self._train_iter = iter(self.train_dataset)
+      self._train_iter = host_iterator
       # Keyed by the data config: a position in one pipeline means nothing
       # in another (`--allow_config_change` with a new batch size, say), so
       # a changed pipeline starts afresh instead of failing to restore.
@@ -296,6 +307,23 @@ def random_generators(model) -> Dict[str, tf.random.Generator]:
     if isinstance(generator, tf.random.Generator):
       generators[layer.name] = generator
   return generators
+
+
+def unsaveable_reason(iterator) -> Optional[str]:
+  """Why `iterator`'s state cannot be checkpointed, or None if it can.
+
+  A pipeline with stateful ops (`tf.image.random_*`,
+  `sample_distorted_bounding_box`) cannot be saved; finding out now, while
+  the iterator holds nothing, costs one small write instead of a failure at
+  the first checkpoint.
+  """
+  with tempfile.TemporaryDirectory() as probe:
+    try:
+      tf.train.Checkpoint(iterator=iterator).write(
+          os.path.join(probe, "probe"))
+    except tf.errors.OpError as e:
+      return e.message.splitlines()[0]
+  return None
 
 
 def host_input_supported(strategy: tf.distribute.Strategy) -> bool:

@@ -66,6 +66,7 @@ def build_strategy(params: config_definitions.ExperimentConfig):
       distribution_strategy=runtime.distribution_strategy,
       all_reduce_alg=runtime.all_reduce_alg,
       num_gpus=runtime.num_gpus,
+      num_packs=runtime.num_packs,
       tpu_address=runtime.tpu)
 
 

@@ -15,25 +15,19 @@ checkpoint intact; 42 preempted (SIGTERM or SIGINT): a checkpoint was saved
 at the current step, relaunch the same command to resume.
 """
 
-import logging as std_logging
 import os
-import sys
-import time
 
 from absl import flags
-from absl import logging
-import tensorflow as tf
 
 from official.core import task_factory
-from official.core import train_utils
 
 from tfm_ext import driver
+from tfm_ext import job
 from tfm_ext import models
 from tfm_ext import modes
 from tfm_ext import params as params_lib
-from tfm_ext import preemption
+from tfm_ext import run_summary
 from tfm_ext import trainers
-from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 
 
@@ -90,74 +84,13 @@ def main(argv) -> None:
     request = _request()
     driver.prepare(request)
   except UsageError as e:
-    _exit(e, UsageError.EXIT_CODE)
-  _log_to_files(request.model_dir)
-  recovery = driver.Recovery(max_restarts=FLAGS.max_restarts,
-                             backoff_seconds=FLAGS.restart_backoff_seconds)
-  with preemption.SignalWatcher() as watcher:
-    try:
-      summary = driver.run_with_recovery(request, recovery, watcher)
-    except preemption.Preempted as e:
-      _finish(request, e.summary)
-      _exit(e, preemption.EXIT_CODE, "preempted")
-    except RunFailed as e:
-      logging.info("The run failed.", exc_info=True)  # Log file only.
-      _finish(request, e.summary)
-      _exit(e, RunFailed.EXIT_CODE)
-    except UsageError as e:  # Found only once running (continuous_eval).
-      _exit(e, UsageError.EXIT_CODE)
-  path = _finish(request, summary)
+    job.exit_with(e, UsageError.EXIT_CODE)
+  summary = job.run(request, driver.Recovery(
+      max_restarts=FLAGS.max_restarts,
+      backoff_seconds=FLAGS.restart_backoff_seconds))
   print(f"done | {request.mode} | step {summary.global_step} | "
-        f"{summary.wall_seconds:.1f}s | summary {path}")
-
-
-def _finish(request: driver.RunRequest, summary) -> str:
-  train_utils.save_gin_config(request.mode, request.model_dir)
-  path = summary.write(request.model_dir)
-  logging.info("Run summary: %s", path)
-  logging.flush()
-  # TensorFlow objects collected at interpreter exit may still log after
-  # absl has closed its file; such records are dropped, not printed as
-  # "--- Logging error ---" tracebacks.
-  std_logging.raiseExceptions = False
-  return path
-
-
-def _exit(error: Exception, code: int, kind: str = "error") -> None:
-  print(f"{kind}: {error}", file=sys.stderr, flush=True)
-  sys.exit(code)
-
-
-def _log_to_files(model_dir: str) -> None:
-  """Keeps the console to progress lines and warnings; the rest goes to a file.
-
-  The full absl log goes to `model_dir/logs/`. `--alsologtostderr` or
-  `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
-  """
-  if FLAGS.logtostderr or FLAGS.alsologtostderr:
-    return
-  log_dir = os.path.join(model_dir, "logs")
-  os.makedirs(log_dir, exist_ok=True)
-  logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
-  # TensorFlow's Python logger has a stderr handler of its own; without it
-  # its records reach the absl handler, and so the file, like the others.
-  tf_logger = tf.get_logger()
-  for handler in list(tf_logger.handlers):
-    tf_logger.removeHandler(handler)
-  if not FLAGS["stderrthreshold"].present:
-    FLAGS.stderrthreshold = "warning"
-
-
-def _process_start_time() -> float:
-  """When this process started (Linux: from /proc), else when we got here."""
-  try:
-    with open("/proc/self/stat") as f:
-      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as f:
-      uptime = float(f.read().split()[0])
-    return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
-  except (OSError, ValueError, IndexError):
-    return time.time()
+        f"{summary.wall_seconds:.1f}s | summary "
+        f"{os.path.join(request.model_dir, run_summary.FILENAME)}")
 
 
 def _request() -> driver.RunRequest:
@@ -177,5 +110,5 @@ def _request() -> driver.RunRequest:
   return driver.RunRequest(
       experiment=FLAGS.experiment, mode=FLAGS.mode,
       model_dir=os.path.expanduser(FLAGS.model_dir), params=params,
-      start_time=_process_start_time(),
+      start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change)

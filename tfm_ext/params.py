@@ -11,6 +11,7 @@ import os
 from typing import List, Optional, Sequence
 
 import gin
+import tensorflow as tf
 import yaml
 
 from official.core import config_definitions
@@ -116,3 +117,7 @@ def _override(params, source: str, where: str):
         f"{e.args[0] if e.args else e}") from e
   except (ValueError, TypeError, AttributeError) as e:
     raise UsageError(f"{where} could not be applied: {e}") from e
+  except tf.errors.OpError as e:
+    # Not `key=value` pairs, so TFM took it for a file name.
+    raise UsageError(f"{where} is neither `key=value,...`, YAML nor a file: "
+                     f"{e.message.splitlines()[0]}") from e

@@ -22,6 +22,12 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
   if (trains and params.runtime.enable_xla
       and custom_trainer.xla_scope(devices) is None):
     raise UsageError(custom_trainer.xla_unsupported_message(devices))
+  if (trains and params.trainer.train_tf_while_loop
+      and not params.trainer.train_tf_function):
+    raise UsageError(
+        "trainer.train_tf_while_loop=true needs trainer.train_tf_function="
+        "true (a tf.while_loop runs only inside a tf.function); set "
+        "train_tf_while_loop=false to train eagerly.")
   num_replicas = strategy.num_replicas_in_sync
   datasets = []
   if trains:

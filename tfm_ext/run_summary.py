@@ -76,3 +76,15 @@ def record_training_start(model_dir: str, restored_step: int) -> int:
       except (ValueError, KeyError):
         continue  # A line cut short by a kill.
   return resumes
+
+
+def process_start_time() -> float:
+  """When this process started (Linux: from /proc), else when we got here."""
+  try:
+    with open("/proc/self/stat") as f:
+      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return time.time()

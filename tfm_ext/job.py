@@ -1,0 +1,61 @@
+"""Runs a checked request as a job: log file, signals, recovery, exit codes.
+
+Shared by every launcher: `run` returns the summary of a completed run, or
+exits the process: 42 preempted (checkpoint saved), 3 failed on its data
+(the last checkpoint intact), 2 bad input found only once running. Each
+writes `run_summary.json` and the operative gin config first, when the run
+got that far.
+"""
+
+import logging as std_logging
+import sys
+
+from absl import logging
+
+from official.core import train_utils
+
+from tfm_ext import console
+from tfm_ext import driver
+from tfm_ext import preemption
+from tfm_ext.errors import RunFailed
+from tfm_ext.errors import UsageError
+from tfm_ext.run_summary import RunSummary
+
+
+def run(request: driver.RunRequest,
+        recovery: driver.Recovery = driver.Recovery()) -> RunSummary:
+  """Runs `request` (already `driver.prepare`d); returns or exits."""
+  console.log_to_files(request.model_dir)
+  with preemption.SignalWatcher() as watcher:
+    try:
+      summary = driver.run_with_recovery(request, recovery, watcher)
+    except preemption.Preempted as e:
+      finish(request, e.summary)
+      exit_with(e, preemption.EXIT_CODE, "preempted")
+    except RunFailed as e:
+      logging.info("The run failed.", exc_info=True)  # Log file only.
+      finish(request, e.summary)
+      exit_with(e, RunFailed.EXIT_CODE)
+    except UsageError as e:  # Found only once running (continuous_eval).
+      exit_with(e, UsageError.EXIT_CODE)
+  finish(request, summary)
+  return summary
+
+
+def finish(request: driver.RunRequest, summary: RunSummary) -> str:
+  """Writes the operative gin config and the run summary; returns its path."""
+  train_utils.save_gin_config(request.mode, request.model_dir)
+  path = summary.write(request.model_dir)
+  logging.info("Run summary: %s", path)
+  logging.flush()
+  # TensorFlow objects collected at interpreter exit may still log after
+  # absl has closed its file; such records are dropped, not printed as
+  # "--- Logging error ---" tracebacks.
+  std_logging.raiseExceptions = False
+  return path
+
+
+def exit_with(error: object, code: int, kind: str = "error") -> None:
+  """Prints `kind: error` as one paragraph on stderr and exits with `code`."""
+  print(f"{kind}: {error}", file=sys.stderr, flush=True)
+  sys.exit(code)
