@@ -7,3 +7,4 @@ Trainers shipped by the library (`custom`, `tfm_base`) register themselves on
 # pylint: disable=unused-import
 import tfm_ext
 from experiments import digits_convnet
+from experiments import resnet50_imagenet_ctl

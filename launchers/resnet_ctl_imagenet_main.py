@@ -1,0 +1,76 @@
+"""TFM's legacy ResNet50 CTL runner's command line, run by our driver.
+
+Takes the flags of `official/legacy/image_classification/resnet/
+resnet_ctl_imagenet_main.py`, with their defaults, and runs the
+`resnet50_imagenet_ctl` experiment with the `resnet_ctl` trainer. The
+reference README's command lines run unchanged but for paths:
+
+    python launchers/resnet_ctl_imagenet_main.py --data_dir=/data/imagenet \
+        --model_dir=/tmp/model_dir/something --num_gpus=2 --batch_size=128 \
+        --train_epochs=90 --train_steps=10 --use_synthetic_data=false
+
+The mapping, and which reference behaviours are kept (and logged), is in
+`experiments/imagenet/reference_runner.py`. Progress lines go to stdout,
+then the reference's `Run stats: {...}`; the absl log goes to
+`model_dir/logs/` (`--alsologtostderr` for the console), and signals,
+restarts and exit codes are those of `launchers/train.py`. Bad flags print
+one `error:` paragraph and exit 2 before anything is written.
+"""
+
+import os
+
+# TensorFlow's C++ start-up INFO lines would bury the progress lines.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import registry_imports  # pylint: disable=unused-import
+from experiments.imagenet import reference_runner
+from tfm_ext import driver
+from tfm_ext import job
+from tfm_ext import params as params_lib
+from tfm_ext import run_summary
+from tfm_ext.errors import UsageError
+
+reference_runner.define_flags()
+FLAGS = flags.FLAGS
+
+
+def main(argv) -> None:
+  """Translates the flags, checks everything, then trains (and evaluates)."""
+  if len(argv) > 1:
+    _fail(f"Unexpected arguments: {' '.join(argv[1:])}.")
+  try:
+    translation = reference_runner.translate(
+        FLAGS, gpus_visible=len(tf.config.list_physical_devices("GPU")))
+    params = params_lib.build(translation.sources)
+    plan = driver.prepare(driver.RunRequest(
+        experiment=reference_runner.EXPERIMENT, mode=translation.mode,
+        model_dir=translation.model_dir, params=params,
+        start_time=run_summary.process_start_time()))
+    if FLAGS.clean:
+      reference_runner.check_cleanable(translation.model_dir)
+  except UsageError as e:
+    _fail(str(e))
+
+  for note in translation.notes:
+    logging.warning(note)
+  if FLAGS.clean and tf.io.gfile.exists(translation.model_dir):
+    logging.warning("--clean: removing %s", translation.model_dir)
+    tf.io.gfile.rmtree(translation.model_dir)
+  summary = job.run(plan.request)
+  stats = reference_runner.build_stats(summary, FLAGS.skip_eval)
+  logging.info("Run stats:\n%s", stats)
+  print(f"Run stats: {stats}", flush=True)
+
+
+def _fail(message: str) -> None:
+  job.exit_with(message, UsageError.EXIT_CODE)
+
+
+if __name__ == "__main__":
+  app.run(main)
