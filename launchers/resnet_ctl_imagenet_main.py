@@ -62,7 +62,7 @@ def main(argv) -> None:
   if FLAGS.clean and tf.io.gfile.exists(translation.model_dir):
     logging.warning("--clean: removing %s", translation.model_dir)
     tf.io.gfile.rmtree(translation.model_dir)
-  summary = job.run(plan.request)
+  summary = job.run(plan)
   stats = reference_runner.build_stats(summary, FLAGS.skip_eval)
   logging.info("Run stats:\n%s", stats)
   print(f"Run stats: {stats}", flush=True)

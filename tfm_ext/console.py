@@ -115,17 +115,20 @@ class EvalProgress:
           file=self._stream, flush=True)
 
 
-def log_to_files(model_dir: str) -> None:
+def log_to_files(model_dir: Optional[str]) -> None:
   """Keeps the console to progress lines and warnings; the rest goes to a file.
 
-  The full absl log goes to `model_dir/logs/`. `--alsologtostderr` or
+  The full absl log goes to `model_dir/logs/` (absl's default log dir when
+  `model_dir` is None: a non-chief worker). `--alsologtostderr` or
   `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
   """
   flags = absl_flags.FLAGS
   if flags.logtostderr or flags.alsologtostderr:
     return
-  log_dir = os.path.join(model_dir, "logs")
-  os.makedirs(log_dir, exist_ok=True)
+  log_dir = None
+  if model_dir:
+    log_dir = os.path.join(model_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
   logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
   # TensorFlow's Python logger has a stderr handler of its own; without it
   # its records reach the absl handler, and so the file, like the others.

@@ -7,7 +7,9 @@ controller), runs the mode from `tfm_ext.modes`, and returns a `RunSummary`.
 """
 
 import dataclasses
+import json
 import os
+import tempfile
 import time
 from typing import Optional
 
@@ -58,10 +60,12 @@ def build_strategy(params: config_definitions.ExperimentConfig):
   `tf.config.set_logical_device_configuration`), where TFM uses CPU:0 only.
   """
   runtime = params.runtime
-  cpus = tf.config.list_logical_devices("CPU")
-  if (runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0
-      and len(cpus) > 1):
-    return tf.distribute.MirroredStrategy([d.name for d in cpus])
+  if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
+    # Listing devices starts the runtime, so only here: a multi-worker
+    # strategy must be made before that.
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) > 1:
+      return tf.distribute.MirroredStrategy([d.name for d in cpus])
   return distribute_utils.get_distribution_strategy(
       distribution_strategy=runtime.distribution_strategy,
       all_reduce_alg=runtime.all_reduce_alg,
@@ -133,21 +137,24 @@ class Recovery:
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 
-def run_with_recovery(request: RunRequest, recovery: Recovery = Recovery(),
+def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
                       watcher: Optional[preemption.SignalWatcher] = None,
                       sleep=time.sleep) -> RunSummary:
-  """Runs `request`, rebuilding and resuming after transient errors.
+  """Runs `plan`, rebuilding and resuming after transient errors.
 
   Restarts at most `recovery.max_restarts` times, waiting
   `backoff_seconds * 2**n` before the n-th, each logged with its cause.
   """
   restarts = 0
   while True:
-    plan = prepare(request)
+    if restarts:
+      plan = prepare(plan.request)
     try:
       summary = run(plan, watcher=watcher)
     except TRANSIENT_ERRORS as e:
-      if restarts >= recovery.max_restarts:
+      # TensorFlow cannot set up collectives twice in one process: a
+      # multi-worker job exits and its cluster manager restarts it.
+      if restarts >= recovery.max_restarts or _is_multi_worker(plan.strategy):
         raise
       restarts += 1
       delay = recovery.backoff_seconds * 2 ** (restarts - 1)
@@ -175,8 +182,12 @@ def run(plan: Plan,
   params, model_dir = request.params, request.model_dir
   watcher = watcher or preemption.SignalWatcher(signals=())
   deterministic = determinism.apply(params.runtime)
+  chief = strategy.extended.should_checkpoint
+  # Every worker takes part in saving (variables may sync on read), but only
+  # the chief writes where a user looks; the others write to a temp dir.
+  write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
 
-  if mode.trains:
+  if mode.trains and chief:
     # Only training writes params.yaml: an evaluator beside the trainer on
     # the same model_dir must not race it for the file.
     train_utils.serialize_config(params, model_dir)
@@ -186,14 +197,14 @@ def run(plan: Plan,
   console.quiet_orbit_controller()
 
   with strategy.scope():
-    task = task_factory.get_task(params.task, logging_dir=model_dir)
-    exporter = (best_checkpoint.maybe_create(params, model_dir)
+    task = task_factory.get_task(params.task, logging_dir=write_dir)
+    exporter = (best_checkpoint.maybe_create(params, write_dir)
                 if mode.evaluates else None)
     trainer = train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=mode.evaluates,
         checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
 
-  summaries = _summary_managers(params, model_dir, trainer.global_step)
+  summaries = _summary_managers(params, write_dir, trainer.global_step)
   progress = console.TrainProgress(
       global_step=trainer.global_step,
       total_steps=params.trainer.train_steps,
@@ -207,18 +218,39 @@ def run(plan: Plan,
         watcher=watcher, checkpoint_manager=lambda: runner.checkpoint_manager,
         global_step=trainer.global_step, summary_manager=summary_manager)
 
+  coordinated = None
+  train_actions = eval_actions = []
+  if mode.trains and _is_multi_worker(strategy):
+    coordinated = preemption.CoordinatedSaveAndStop(
+        strategy=strategy, global_step=trainer.global_step,
+        checkpoint_manager=lambda: runner.checkpoint_manager)
+    train_actions = [progress, coordinated]
+  elif mode.trains:
+    train_actions = [progress, stop_action(summaries[0])]
+    eval_actions = [stop_action(summaries[1])]
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest and _is_multi_worker(strategy):
+    # Restoring creates optimizer slots, each a collective broadcast, so all
+    # workers restore here, in the same order. TFM points a non-chief's
+    # checkpoint manager at an empty temp dir: without this it would start
+    # from its initial weights, and its init_fn (pretrained weights) must
+    # not overwrite what it restored.
+    with strategy.scope():
+      trainer.checkpoint.restore(latest).expect_partial()
+    if not chief:
+      trainer.initialize = lambda: None
   runner = train_lib.OrbitExperimentRunner(
       distribution_strategy=strategy, task=task, mode=request.mode,
       params=params, model_dir=model_dir, trainer=trainer,
-      train_actions=([progress, stop_action(summaries[0])]
-                     if mode.trains else []),
+      train_actions=train_actions,
       # An evaluator must never write checkpoints: only training modes save.
-      eval_actions=([eval_progress, stop_action(summaries[1])]
-                    if mode.trains else [eval_progress]),
+      eval_actions=[eval_progress] + eval_actions,
       controller_cls=_controller, summary_manager=summaries[0],
       eval_summary_manager=summaries[1])
+  if coordinated:
+    coordinated.start()
   restored_step = int(trainer.global_step.numpy())
-  resumes = (run_summary.record_training_start(model_dir, restored_step)
+  resumes = (run_summary.record_training_start(write_dir, restored_step)
              if mode.trains else 0)
 
   def summary(status: str) -> RunSummary:
@@ -238,7 +270,8 @@ def run(plan: Plan,
         eval_metrics=eval_progress.last_logs,
         examples_per_second=progress.examples_per_second,
         time_to_first_step_seconds=progress.time_to_first_step,
-        wall_seconds=time.time() - request.start_time)
+        wall_seconds=time.time() - request.start_time,
+        chief=chief)
 
   ctx = modes.ModeContext(controller=runner.controller, params=params,
                           model_dir=model_dir,
@@ -262,9 +295,29 @@ def run(plan: Plan,
     failure.summary = summary("failed")
     raise failure from e
   if mode.trains:
-    continuous_eval.mark_training_complete(model_dir,
+    continuous_eval.mark_training_complete(write_dir,
                                            trainer.global_step.numpy())
   return summary("completed")
+
+
+def _is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  return bool(resolver and resolver.cluster_spec().jobs
+              and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+
+def is_chief_process() -> bool:
+  """Whether this process is the chief, from `TF_CONFIG` (before a strategy).
+
+  The chief is the `chief` task, or worker 0 of a cluster without one.
+  """
+  config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+  task = config.get("task", {})
+  if not config.get("cluster") or not task:
+    return True
+  if "chief" in config["cluster"]:
+    return task.get("type") == "chief"
+  return task.get("type") == "worker" and int(task.get("index", 0)) == 0
 
 
 def _summary_managers(params, model_dir: str, global_step):

@@ -22,13 +22,15 @@ from tfm_ext.errors import UsageError
 from tfm_ext.run_summary import RunSummary
 
 
-def run(request: driver.RunRequest,
+def run(plan: driver.Plan,
         recovery: driver.Recovery = driver.Recovery()) -> RunSummary:
-  """Runs `request` (already `driver.prepare`d); returns or exits."""
-  console.log_to_files(request.model_dir)
+  """Runs a `driver.prepare`d plan; returns its summary or exits."""
+  request = plan.request
+  # Non-chief workers keep their logs out of model_dir (absl's default dir).
+  console.log_to_files(request.model_dir if driver.is_chief_process() else None)
   with preemption.SignalWatcher() as watcher:
     try:
-      summary = driver.run_with_recovery(request, recovery, watcher)
+      summary = driver.run_with_recovery(plan, recovery, watcher)
     except preemption.Preempted as e:
       finish(request, e.summary)
       exit_with(e, preemption.EXIT_CODE, "preempted")
@@ -43,10 +45,17 @@ def run(request: driver.RunRequest,
 
 
 def finish(request: driver.RunRequest, summary: RunSummary) -> str:
-  """Writes the operative gin config and the run summary; returns its path."""
-  train_utils.save_gin_config(request.mode, request.model_dir)
-  path = summary.write(request.model_dir)
-  logging.info("Run summary: %s", path)
+  """Writes the operative gin config and the run summary; returns its path.
+
+  Only the chief writes them; another worker's summary goes to the log.
+  """
+  if not summary.chief:
+    logging.info("Run summary of this worker: %s", summary.to_json())
+    path = ""
+  else:
+    train_utils.save_gin_config(request.mode, request.model_dir)
+    path = summary.write(request.model_dir)
+    logging.info("Run summary: %s", path)
   logging.flush()
   # TensorFlow objects collected at interpreter exit may still log after
   # absl has closed its file; such records are dropped, not printed as

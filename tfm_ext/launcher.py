@@ -81,16 +81,16 @@ def main(argv) -> None:
     print(registered(), end="")
     return
   try:
-    request = _request()
-    driver.prepare(request)
+    plan = driver.prepare(_request())
   except UsageError as e:
     job.exit_with(e, UsageError.EXIT_CODE)
-  summary = job.run(request, driver.Recovery(
+  summary = job.run(plan, driver.Recovery(
       max_restarts=FLAGS.max_restarts,
       backoff_seconds=FLAGS.restart_backoff_seconds))
-  print(f"done | {request.mode} | step {summary.global_step} | "
-        f"{summary.wall_seconds:.1f}s | summary "
-        f"{os.path.join(request.model_dir, run_summary.FILENAME)}")
+  path = os.path.join(plan.request.model_dir, run_summary.FILENAME)
+  written = f" | summary {path}" if summary.chief else ""
+  print(f"done | {summary.mode} | step {summary.global_step} | "
+        f"{summary.wall_seconds:.1f}s{written}")
 
 
 def _request() -> driver.RunRequest:

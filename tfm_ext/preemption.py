@@ -7,10 +7,11 @@ launcher turns into exit code 42 (`EXIT_CODE`, the restart code TensorFlow's
 `PreemptionCheckpointHandler` uses). A supervisor that restarts on 42 then
 resumes from that checkpoint.
 
-This handler serves single-worker jobs. TensorFlow's
-`PreemptionCheckpointHandler` coordinates the save step across workers, but
-on a single worker it adds nothing over this and first probes the GCE
-metadata server over the network to learn its platform.
+`SaveAndStopIfPreempted` serves single-worker jobs. Multi-worker jobs use
+`CoordinatedSaveAndStop`, TensorFlow's `PreemptionCheckpointHandler`: a
+SIGTERM on any worker makes every worker save at the same step, then stop.
+On a single worker the handler adds nothing over ours and first probes the
+GCE metadata server over the network to learn its platform.
 """
 
 import signal
@@ -107,3 +108,34 @@ class SaveAndStopIfPreempted:
       manager.save(checkpoint_number=step, check_interval=False)
     manager.sync()
     raise Preempted(step, self._watcher.signal_name)
+
+
+class CoordinatedSaveAndStop:
+  """Orbit action for multi-worker jobs: TF's `PreemptionCheckpointHandler`.
+
+  `start()` (once the checkpoint manager exists) installs the handler's
+  SIGTERM watcher; after each loop every worker asks it whether any worker
+  was signalled, and all save at the agreed step, then raise `Preempted`.
+  """
+
+  def __init__(self, *, strategy: tf.distribute.Strategy,
+               checkpoint_manager: Callable[[], tf.train.CheckpointManager],
+               global_step: tf.Variable):
+    self._strategy = strategy
+    self._checkpoint_manager = checkpoint_manager
+    self._global_step = global_step
+    self._handler = None
+
+  def start(self) -> None:
+    def stop():
+      raise Preempted(int(self._global_step.numpy()), "SIGTERM on a worker")
+
+    self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        self._strategy.cluster_resolver, self._checkpoint_manager(),
+        termination_config=tf.distribute.experimental.TerminationConfig(
+            exit_fn=stop, grace_period=0))
+
+  def __call__(self, output) -> None:
+    del output
+    self._handler.save_checkpoint_if_preempted(
+        checkpoint_number=self._global_step, check_interval=False)

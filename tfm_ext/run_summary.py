@@ -33,6 +33,9 @@ class RunSummary:
   # a resume is exact (bitwise an uninterrupted run) only with both.
   deterministic: bool = False
   input_in_checkpoint: bool = False
+  # False on the non-chief workers of a multi-worker job, which write no
+  # summary into model_dir.
+  chief: bool = True
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None
