@@ -106,3 +106,11 @@ def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
   assert run.returncode != 0
   assert "Traceback" in run.stderr and "ZeroDivisionError" in run.stderr, run
   assert "train_loop_end" in run.stderr
+
+
+def test_tpu_strategy_without_address(launch, tmp_path):
+  run = launch(EXP, "--mode=train",
+               "--params_override=runtime.distribution_strategy=tpu",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "runtime.distribution_strategy=tpu needs a "
+                           "TPU address", "--tpu")

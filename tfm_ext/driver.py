@@ -113,6 +113,7 @@ def prepare(request: RunRequest) -> Plan:
   params = request.params
   mode = modes.get_mode(request.mode)
   trainer_cls = trainers.get_trainer(params.trainer.name)
+  preflight.check_runtime(params.runtime)
   strategy = build_strategy(params)
   preflight.check(params, trains=mode.trains, evaluates=mode.evaluates,
                   needs_checkpoint=mode.needs_checkpoint,

@@ -44,6 +44,14 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
         "directory that holds checkpoints.")
 
 
+def check_runtime(runtime) -> None:
+  """Checks the runtime config before any strategy is built."""
+  if runtime.distribution_strategy == "tpu" and not runtime.tpu:
+    raise UsageError(
+        "runtime.distribution_strategy=tpu needs a TPU address: pass --tpu "
+        "(a Cloud TPU name or grpc://host:8470) or set runtime.tpu.")
+
+
 def _check_batch(where: str, data, num_replicas: int) -> None:
   batch = getattr(data, "global_batch_size", None)
   if batch and batch % num_replicas:
