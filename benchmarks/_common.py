@@ -1,0 +1,207 @@
+"""What the benchmarks share: fresh processes, their peak memory, medians.
+
+Every measured variant runs in a process of its own, so that each pays its
+own start-up (time to first step) and its peak resident memory is its own;
+what it prints is timestamped here, as it arrives.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# TensorFlow's C++ INFO lines would bury what a child prints.
+CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": REPO}
+
+
+class ChildFailed(RuntimeError):
+  """A benchmark subprocess exited with an error or ran out of time."""
+
+
+def run_child(argv: Sequence[str], timeout: float = 900.0,
+              echo: bool = False) -> Dict[str, Any]:
+  """Runs `argv` from the repository root in a fresh process.
+
+  Returns `lines`, each line of its output as `(seconds, line,
+  peak_rss_mib)`: its arrival time since the child was started (a clock outside the child, the same for
+  every variant) and the child's peak resident memory so far; `peak_rss_mib`,
+  the child's peak over its whole life (from `wait4`); and
+  `process_seconds`, its wall time. With `echo`, lines are printed as they
+  come.
+
+  Raises:
+    ChildFailed: on a non-zero exit or after `timeout` seconds, with the
+      tail of the child's output.
+  """
+  env = {**os.environ, **CHILD_ENV}
+  start = time.time()
+  proc = subprocess.Popen(list(argv), cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  watchdog = threading.Timer(timeout, proc.kill)
+  watchdog.start()
+  lines = []
+  with proc.stdout:
+    for line in proc.stdout:
+      lines.append((time.time() - start, line.rstrip("\n"),
+                    _peak_rss_so_far(proc.pid)))
+      if echo:
+        print(line, end="", flush=True)
+  watchdog.cancel()
+  # `wait4` rather than `Popen.wait`: it returns the child's own rusage,
+  # where `RUSAGE_CHILDREN` would give the largest of all children so far.
+  _, status, usage = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  seconds = time.time() - start
+  if proc.returncode != 0:
+    tail = "\n".join(line for _, line, _ in lines[-40:])
+    raise ChildFailed(f"{' '.join(argv)} exited with {proc.returncode} "
+                      f"after {seconds:.0f}s:\n{tail}")
+  return {"lines": lines,
+          "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux reports KiB.
+          "process_seconds": seconds}
+
+
+def _peak_rss_so_far(pid: int) -> Optional[float]:
+  """`VmHWM` of a live process, in MiB; None once it is gone."""
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  return None
+
+
+def _spin(seconds: float, results) -> None:
+  wall, cpu = time.perf_counter(), time.process_time()
+  while time.perf_counter() - wall < seconds:
+    pass
+  results.put((time.process_time() - cpu) / (time.perf_counter() - wall))
+
+
+def available_cores(seconds: float = 0.25) -> float:
+  """How many cores a busy loop per core got just now, summed (0..cores).
+
+  The machine may be shared: a neighbour's work shows as a busy loop that
+  gets less CPU time than wall time.
+  """
+  context = multiprocessing.get_context("fork")
+  results = context.Queue()
+  workers = [context.Process(target=_spin, args=(seconds, results))
+             for _ in range(os.cpu_count() or 1)]
+  for worker in workers:
+    worker.start()
+  total = sum(results.get() for _ in workers)
+  for worker in workers:
+    worker.join()
+  return total
+
+
+def wait_for_quiet(min_cores: float, max_wait: float = 10.0) -> float:
+  """Waits (up to `max_wait` s) until `available_cores() >= min_cores`.
+
+  Returns the last figure, recorded with each run: a run that started on a
+  busy machine is seen as such.
+  """
+  deadline = time.time() + max_wait
+  cores = available_cores()
+  while cores < min_cores and time.time() < deadline:
+    time.sleep(1.0)
+    cores = available_cores()
+  return cores
+
+
+def median(values: Sequence[Optional[float]]) -> Optional[float]:
+  """The median of the values that are not None; None if there are none."""
+  present = [v for v in values if v is not None]
+  return statistics.median(present) if present else None
+
+
+def medians(runs: List[Dict[str, Any]], keys: Sequence[str]
+            ) -> Dict[str, Optional[float]]:
+  """`{key: median over runs}` for each of `keys`."""
+  return {key: median([run.get(key) for run in runs]) for key in keys}
+
+
+def timed(fn, repeats: int) -> List[float]:
+  """Calls `fn()` `repeats` times; returns each call's seconds."""
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    seconds.append(time.perf_counter() - start)
+  return seconds
+
+
+def python() -> str:
+  """The interpreter running the benchmarks, for their children."""
+  return sys.executable
+
+
+def script(name: str) -> str:
+  """The path of `benchmarks/<name>`."""
+  return os.path.join(REPO, "benchmarks", name)
+
+
+def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
+               sizes: Dict[str, Any], quick_sizes: Dict[str, Any],
+               argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+  """`main` of a benchmark that `measure`s at `sizes` (`--quick`: smaller).
+
+  Writes the results as JSON to `--out` if given, and returns them.
+  """
+  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+  parser.add_argument("--quick", action="store_true", help="A smoke run.")
+  parser.add_argument("--out", help="Write the results as JSON here.")
+  args = parser.parse_args(argv)
+  results = measure(quick_sizes if args.quick else sizes)
+  if args.out:
+    write_json(args.out, results)
+  return results
+
+
+def write_json(path: str, value: Any) -> None:
+  """Writes `value` as indented JSON to `path`."""
+  with open(path, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+    f.write("\n")
+
+
+def machine() -> Dict[str, Any]:
+  """The machine and code measured: CPU, cores, versions and commit."""
+  cpu = platform.processor()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next(line.split(":", 1)[1].strip() for line in f
+                 if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+
+  def git(*args):
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True,
+                          text=True, check=False).stdout.strip()
+
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  return {
+      "cpu": cpu,
+      "cores": os.cpu_count(),
+      "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
+                          * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+      "python": platform.python_version(),
+      "tensorflow": metadata.version("tensorflow"),
+      "tf_models_official": metadata.version("tf-models-official"),
+      "commit": git("rev-parse", "--short", "HEAD"),
+      # Benchmarks run on the working tree: say whether it differs from HEAD.
+      "uncommitted_changes": bool(git("status", "--porcelain",
+                                      "--untracked-files=no")),
+      "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+  }

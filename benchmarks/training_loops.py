@@ -1,0 +1,410 @@
+"""Training throughput: our launcher against stock TFM, a plain loop, Keras.
+
+    python benchmarks/training_loops.py [--quick] [--repeats=3] [--out=FILE]
+
+On the same model, data, global batch and number of steps:
+
+    ours         `launchers/train.py`, the experiment's tfm_ext trainer, as a
+                 user runs it (`custom`; `resnet_ctl`, a `CustomTrainer`)
+    stock_tfm    TFM's `train_lib.run_experiment` with `base_trainer.Trainer`
+    handwritten  a `tf.function` running the steps of a loop in a
+                 `tf.while_loop`: the floor of framework overhead
+    keras_fit    `tf_keras` `Model.fit`, `steps_per_execution=steps_per_loop`
+
+and, on digits_convnet, ablations of our defaults: one step per loop
+(a host sync every step), 200 steps per loop, and XLA on the CPU.
+
+Each run is a fresh process; variants are interleaved (A B C D A B C D ...)
+and repeated; the figures are medians. Every variant prints the progress
+line of `tfm_ext.console.TrainProgress` at each loop end, and this process
+timestamps those lines as they arrive: one clock, outside the runs, for all.
+Time to first step runs from starting the process to its first progress
+line; examples per second are over the same steps for every variant, from
+`warmup_steps` to the last step: a step at which every variant ends a
+loop, after its second. The first loop traces; the time up to the end of
+the second still holds one-off costs: Orbit writes its first summaries and
+TF's `CheckpointManager` saves a checkpoint at its first check, after the
+first loop, whatever `checkpoint_interval` says (`ckpt-1` for ours). Peak
+memory is the process's peak resident set at its last progress line (TFM's
+`run_experiment` counts the model's FLOPs after training, which raises its
+whole-process peak, `process_peak_rss_mib`). Our first loop is one
+step (tfm_ext's `FirstStepThenEvery`), and so is the hand-written loop's;
+stock TFM and Keras say nothing before a whole first loop has run, so
+`startup_seconds` gives each time to first step less the steady-state time
+of the further steps of its first loop.
+
+Besides that first one, checkpoints are saved only after the last step
+(their cost is measured by `checkpoint_cost.py`); nothing evaluates.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import Any, Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import _common  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+TRAIN = os.path.join(_common.REPO, "launchers", "train.py")
+FIGURES = ("examples_per_second", "time_to_first_step_seconds",
+           "startup_seconds", "peak_rss_mib", "process_peak_rss_mib",
+           "available_cores")
+# A run starts once this many cores are free (or after a short wait): the
+# machine is shared.
+QUIET_CORES = 0.85 * (os.cpu_count() or 1)
+PROGRESS_LINE = re.compile(r"^step (\d+)/\d+ \|")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """One model and its data, batch, loop lengths and measured window."""
+  experiment: str
+  global_batch_size: int
+  train_steps: int
+  steps_per_loop: int
+  summary_interval: int
+  # Examples per second are timed from this step to `train_steps`: every
+  # variant ends a loop here, after its second (see the module docstring).
+  warmup_steps: int
+  overrides: str = ""
+
+  def params_override(self, extra: str = "") -> str:
+    """The `--params_override` every variant of this workload runs with."""
+    return ",".join(part for part in (
+        f"task.train_data.global_batch_size={self.global_batch_size}",
+        f"trainer.train_steps={self.train_steps}",
+        f"trainer.steps_per_loop={self.steps_per_loop}",
+        f"trainer.summary_interval={self.summary_interval}",
+        # No saves but TF's first and the last; no evaluation.
+        f"trainer.checkpoint_interval={self.train_steps}",
+        f"trainer.validation_interval={self.train_steps}",
+        self.overrides, extra) if part)
+
+
+SYNTHETIC = ("task.train_data.use_synthetic_data=true,"
+             "task.validation_data.use_synthetic_data=true")
+# `warmup_steps`: stock TFM and Keras end their second loop at twice
+# `steps_per_loop`; digits' 200 is also where ours with 200 steps per loop
+# (one step first) ends its second.
+WORKLOADS = {
+    "digits_convnet": Workload("digits_convnet", 64, 1200, 50, 50, 200),
+    # A 2-core CPU runs a ResNet50 step of batch 8 in one to two seconds.
+    "resnet50": Workload("resnet50_imagenet_ctl", 8, 14, 2, 2, 4, SYNTHETIC),
+}
+QUICK_WORKLOADS = {
+    "digits_convnet": Workload("digits_convnet", 64, 400, 50, 50, 200),
+    "resnet50": Workload("resnet50_imagenet_ctl", 2, 6, 2, 2, 4, SYNTHETIC),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """How a run trains: `runner` with `extra` overrides of the workload."""
+  runner: str
+  extra: str = ""
+  workloads: Tuple[str, ...] = tuple(WORKLOADS)
+
+
+VARIANTS = {
+    "ours": Variant("ours"),
+    "stock_tfm": Variant("stock_tfm"),
+    "handwritten": Variant("handwritten"),
+    "keras_fit": Variant("keras_fit"),
+    # Ablations of our defaults (point 4 of issue 5), digits only.
+    "ours_steps_per_loop_1": Variant("ours", "trainer.steps_per_loop=1",
+                                     ("digits_convnet",)),
+    "ours_steps_per_loop_200": Variant(
+        "ours", "trainer.steps_per_loop=200,trainer.summary_interval=200",
+        ("digits_convnet",)),
+    "ours_xla": Variant("ours", "runtime.enable_xla=true",
+                        ("digits_convnet",)),
+}
+
+
+# -- Parent: runs the children and times their progress lines --------------
+
+
+def run_variant(workload: Workload, variant: Variant,
+                timeout: float = 900.0) -> Dict[str, Any]:
+  """Runs one variant of `workload` in a fresh process; returns its figures.
+
+  Raises:
+    _common.ChildFailed: if the run fails or takes over `timeout` seconds.
+  """
+  model_dir = tempfile.mkdtemp(prefix="bench_")
+  override = workload.params_override(variant.extra)
+  if variant.runner == "ours":
+    argv = [TRAIN, f"--experiment={workload.experiment}", "--mode=train",
+            f"--model_dir={model_dir}", f"--params_override={override}"]
+  else:
+    argv = [__file__, f"--child={variant.runner}",
+            f"--experiment={workload.experiment}",
+            f"--params_override={override}", f"--model_dir={model_dir}"]
+  cores = _common.wait_for_quiet(QUIET_CORES)
+  try:
+    child = _common.run_child([_common.python(), *argv], timeout)
+    summary_path = os.path.join(model_dir, "run_summary.json")
+    summary = {}
+    if os.path.exists(summary_path):
+      with open(summary_path) as f:
+        summary = json.load(f)
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
+  result = figures(workload, progress_marks(child["lines"]))
+  result.update(process_peak_rss_mib=child["peak_rss_mib"],
+                available_cores=cores)
+  if summary:  # Ours: what run_summary.json says, for comparison.
+    result["run_summary"] = {
+        k: summary[k] for k in ("examples_per_second",
+                                "time_to_first_step_seconds")}
+  return result
+
+
+def progress_marks(lines) -> List[Tuple[int, float, float]]:
+  """`(step, seconds since start, peak RSS MiB)` of each progress line."""
+  marks = []
+  for seconds, line, peak in lines:
+    match = PROGRESS_LINE.match(line)
+    if match:
+      marks.append((int(match.group(1)), seconds, peak))
+  return marks
+
+
+def figures(workload: Workload, marks: List[Tuple[int, float, float]]
+            ) -> Dict[str, Any]:
+  """Time to first step, steady examples/s, startup and peak memory while
+  training, from the loop-end marks.
+
+  Raises:
+    ValueError: if no loop ended at `warmup_steps` or the run stopped short.
+  """
+  steps = {step: seconds for step, seconds, _ in marks}
+  first_step, first_seconds, _ = marks[0]
+  last_step, last_seconds, last_peak = marks[-1]
+  if workload.warmup_steps not in steps or last_step != workload.train_steps:
+    raise ValueError(f"Loops ended at steps {sorted(steps)}: none at "
+                     f"warmup_steps={workload.warmup_steps} or the last "
+                     f"step, {workload.train_steps}.")
+  window = last_step - workload.warmup_steps
+  seconds = last_seconds - steps[workload.warmup_steps]
+  step_seconds = seconds / window
+  return {
+      "examples_per_second": window * workload.global_batch_size / seconds,
+      "time_to_first_step_seconds": first_seconds,
+      "first_loop_steps": first_step,
+      "startup_seconds": first_seconds - (first_step - 1) * step_seconds,
+      "peak_rss_mib": last_peak,
+      # The first loops show one-off costs; the rest only the steady state.
+      "loop_ends": [(step, seconds) for step, seconds, _ in
+                    (marks if len(marks) <= 8 else marks[:6] + marks[-2:])],
+  }
+
+
+def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
+            repeats: int) -> Dict[str, Any]:
+  """Runs every (workload, variant) `repeats` times, interleaved.
+
+  Returns, per workload, its config, each variant's runs and medians, and
+  `ours`' ratios to the other variants.
+  """
+  plan = [(w, v) for w in workloads for v in variants
+          if w in variants[v].workloads]
+  runs: Dict[tuple, List[Dict[str, Any]]] = {key: [] for key in plan}
+  for repeat in range(repeats):
+    for w, v in plan:
+      result = run_variant(workloads[w], variants[v])
+      runs[(w, v)].append(result)
+      print(f"[{repeat + 1}/{repeats}] {w} {v}: "
+            f"{result['examples_per_second']:.1f} ex/s, first step after "
+            f"{result['time_to_first_step_seconds']:.1f}s, "
+            f"{result['peak_rss_mib']:.0f} MiB, "
+            f"{result['available_cores']:.1f} cores free", flush=True)
+  out = {}
+  for w, workload in workloads.items():
+    per_variant = {v: {"runs": runs[(w, v)],
+                       "median": _common.medians(runs[(w, v)], FIGURES)}
+                   for ww, v in plan if ww == w}
+    out[w] = {"config": dataclasses.asdict(workload),
+              "params_override": workload.params_override(),
+              "repeats": repeats, "variants": per_variant,
+              "ours_over": ratios(per_variant)}
+  return out
+
+
+def ratios(per_variant: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
+  """Ours over each other variant: examples/s, and speed-ups of time to
+  first step and of startup (other's seconds / ours; >= 1: ours is faster).
+  """
+  ours = per_variant["ours"]["median"]
+  return {name: {
+      "examples_per_second": (ours["examples_per_second"]
+                              / variant["median"]["examples_per_second"]),
+      "time_to_first_step": (variant["median"]["time_to_first_step_seconds"]
+                             / ours["time_to_first_step_seconds"]),
+      "startup": variant["median"]["startup_seconds"] / ours[
+          "startup_seconds"],
+  } for name, variant in per_variant.items() if name != "ours"}
+
+
+# -- Children: one variant each, printing TrainProgress lines ---------------
+
+
+def _child(runner: str, experiment: str, params_override: str,
+           model_dir: str) -> None:
+  """Trains one variant in this process, printing a progress line per loop."""
+  from tfm_ext import run_summary  # pylint: disable=g-import-not-at-top
+  start_time = run_summary.process_start_time()
+  import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+  from official.core import train_utils  # pylint: disable=g-import-not-at-top
+  from official.modeling import performance  # pylint: disable=g-import-not-at-top
+  from tfm_ext import console  # pylint: disable=g-import-not-at-top
+  # TFM's own parsing, as `official/vision/train.py` does it.
+  params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
+      experiment=experiment, config_file=[], params_override=params_override))
+  if params.runtime.mixed_precision_dtype:
+    performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+
+  def clock(global_step):
+    return console.TrainProgress(
+        global_step=global_step, total_steps=params.trainer.train_steps,
+        global_batch_size=params.task.train_data.global_batch_size,
+        start_time=start_time)
+
+  CHILDREN[runner](params, model_dir, clock)
+
+
+def _stock_tfm(params, model_dir, clock):
+  """TFM's `train.py` path: `train_lib.run_experiment`, `base_trainer.Trainer`.
+
+  The clock is added as a train action by the controller factory, which is
+  where the trainer's global step first becomes visible.
+  """
+  import orbit  # pylint: disable=g-import-not-at-top
+  from official.common import distribute_utils  # pylint: disable=g-import-not-at-top
+  from official.core import task_factory  # pylint: disable=g-import-not-at-top
+  from official.core import train_lib  # pylint: disable=g-import-not-at-top
+  from official.core import train_utils  # pylint: disable=g-import-not-at-top
+  clocks = []
+
+  def controller(**kwargs):
+    clocks.append(clock(kwargs["global_step"]))
+    kwargs["train_actions"] = [*(kwargs.get("train_actions") or ()),
+                               clocks[0]]
+    return orbit.Controller(**kwargs)
+
+  train_utils.serialize_config(params, model_dir)
+  runtime = params.runtime
+  strategy = distribute_utils.get_distribution_strategy(
+      distribution_strategy=runtime.distribution_strategy,
+      all_reduce_alg=runtime.all_reduce_alg, num_gpus=runtime.num_gpus,
+      tpu_address=runtime.tpu)
+  with strategy.scope():
+    task = task_factory.get_task(params.task, logging_dir=model_dir)
+  train_lib.run_experiment(distribution_strategy=strategy, task=task,
+                           mode="train", params=params, model_dir=model_dir,
+                           controller_cls=controller)
+
+
+def _model_parts(params):
+  """The task's model, optimizer, metrics and training data: no trainer."""
+  from official.core import task_factory  # pylint: disable=g-import-not-at-top
+  task = task_factory.get_task(params.task)
+  model = task.build_model()
+  optimizer = task.create_optimizer(params.trainer.optimizer_config,
+                                    params.runtime)
+  metrics = task.build_metrics(training=True)
+  return task, model, optimizer, metrics, task.build_inputs(
+      params.task.train_data)
+
+
+def _handwritten(params, model_dir, clock):
+  """The floor: `steps_per_loop` steps per `tf.function` call, in a
+  `tf.while_loop`, the first call one step (as ours)."""
+  del model_dir
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfm_ext import driver  # pylint: disable=g-import-not-at-top
+  task, model, optimizer, metrics, dataset = _model_parts(params)
+  iterator = iter(dataset)
+
+  @tf.function
+  def train_loop(num_steps):
+    for _ in tf.range(num_steps):
+      features, labels = next(iterator)
+      with tf.GradientTape() as tape:
+        outputs = model(features, training=True)
+        loss = task.build_losses(labels, outputs, aux_losses=model.losses)
+      grads = tape.gradient(loss, model.trainable_variables)
+      optimizer.apply_gradients(zip(grads, model.trainable_variables))
+      for metric in metrics:
+        metric.update_state(labels, outputs)
+
+  progress = clock(optimizer.iterations)
+  loop_length = driver.FirstStepThenEvery(params.trainer.steps_per_loop)
+  step, total = 0, params.trainer.train_steps
+  while step < total:
+    num_steps = min(loop_length(step), total - step)
+    train_loop(tf.constant(num_steps))
+    step += num_steps
+    progress({})
+
+
+def _keras_fit(params, model_dir, clock):
+  """`tf_keras` `Model.fit` on the task's model, loss, metrics and data."""
+  del model_dir
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  task, model, optimizer, metrics, dataset = _model_parts(params)
+  # Keras adds the model's regularization losses itself.
+  model.compile(optimizer=optimizer,
+                loss=lambda labels, outputs: task.build_losses(labels,
+                                                               outputs),
+                metrics=metrics,
+                steps_per_execution=params.trainer.steps_per_loop)
+  progress = clock(optimizer.iterations)
+
+  class Clock(tf_keras.callbacks.Callback):
+
+    def on_train_batch_end(self, batch, logs=None):
+      progress({})
+
+  model.fit(dataset, epochs=1, steps_per_epoch=params.trainer.train_steps,
+            verbose=0, callbacks=[Clock()])
+
+
+CHILDREN = {"stock_tfm": _stock_tfm, "handwritten": _handwritten,
+            "keras_fit": _keras_fit}
+
+
+def main(argv=None) -> Dict[str, Any]:
+  """Runs the benchmark (or, with `--child`, one variant); see the docstring."""
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="Small sizes and one repeat: a smoke run.")
+  parser.add_argument("--repeats", type=int, default=None,
+                      help="Runs of each variant (default 3, quick 1).")
+  parser.add_argument("--out", help="Write the results as JSON here.")
+  parser.add_argument("--child", choices=sorted(CHILDREN),
+                      help=argparse.SUPPRESS)
+  parser.add_argument("--experiment", help=argparse.SUPPRESS)
+  parser.add_argument("--params_override", help=argparse.SUPPRESS)
+  parser.add_argument("--model_dir", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.child:
+    _child(args.child, args.experiment, args.params_override, args.model_dir)
+    return {}
+  repeats = args.repeats or (1 if args.quick else 3)
+  results = measure(QUICK_WORKLOADS if args.quick else WORKLOADS, VARIANTS,
+                    repeats)
+  print(json.dumps({w: r["ours_over"] for w, r in results.items()}, indent=2))
+  if args.out:
+    _common.write_json(args.out, results)
+  return results
+
+
+if __name__ == "__main__":
+  main()
