@@ -1,0 +1,125 @@
+"""The benchmarks' arithmetic and report on made-up figures; nothing timed."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import report
+from benchmarks import training_loops
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+DIGITS = training_loops.Workload("digits_convnet", global_batch_size=10,
+                                 train_steps=6, steps_per_loop=2,
+                                 summary_interval=2, warmup_steps=4)
+
+
+def test_figures_time_the_same_window_whatever_the_first_loop():
+  # One step first (ours), or a whole loop (stock TFM), then 1 s a step.
+  ours = training_loops.figures(DIGITS, [
+      (1, 5.0, 100.0), (2, 7.0, 110.0), (4, 9.0, 120.0), (6, 11.0, 130.0)])
+  stock = training_loops.figures(DIGITS, [
+      (2, 6.0, 100.0), (4, 9.0, 120.0), (6, 11.0, 125.0)])
+  assert ours["examples_per_second"] == stock["examples_per_second"] == 10.0
+  assert ours["time_to_first_step_seconds"] == ours["startup_seconds"] == 5.0
+  assert stock["first_loop_steps"] == 2
+  assert stock["startup_seconds"] == 5.0  # 6 s less one steady step.
+  assert ours["peak_rss_mib"] == 130.0  # At the last progress line.
+
+
+def test_figures_refuse_a_run_without_a_loop_end_at_warmup_steps():
+  with pytest.raises(ValueError, match="warmup_steps=4"):
+    training_loops.figures(DIGITS, [(3, 1.0, 1.0), (6, 2.0, 1.0)])
+
+
+def test_progress_marks_read_only_progress_lines():
+  lines = [(0.5, "I1129 some log line", 50.0),
+           (1.0, "step 1/6 | accuracy 0.1 | first step after 1.0s", 60.0),
+           (2.0, "eval @ step 2 | accuracy 0.5", 70.0),
+           (3.0, "step 6/6 | 10 ex/s", 80.0)]
+  assert training_loops.progress_marks(lines) == [(1, 1.0, 60.0),
+                                                  (6, 3.0, 80.0)]
+
+
+def _variant(examples_per_second, first_step, first_loop):
+  run = {"examples_per_second": examples_per_second,
+         "time_to_first_step_seconds": first_step,
+         "startup_seconds": first_step, "peak_rss_mib": 800.0,
+         "process_peak_rss_mib": 900.0, "available_cores": 2.0,
+         "first_loop_steps": first_loop}
+  return {"runs": [run], "median": run}
+
+
+def _results():
+  variants = {"ours": _variant(95.0, 5.0, 1),
+              "stock_tfm": _variant(90.0, 6.0, 2),
+              "handwritten": _variant(100.0, 4.0, 1),
+              "keras_fit": _variant(80.0, 6.0, 2),
+              "ours_steps_per_loop_1": _variant(50.0, 5.0, 1),
+              "ours_steps_per_loop_200": _variant(98.0, 5.0, 1),
+              "ours_xla": _variant(60.0, 7.0, 1)}
+  digits = {"config": vars(DIGITS), "params_override": "x=1", "repeats": 1,
+            "variants": variants,
+            "ours_over": training_loops.ratios(variants)}
+  pipelines = {"images_per_second": {"ours": 100.0, "reference": 99.0,
+                                     "ours_autotune_off": 98.0,
+                                     "ours_one_thread": 50.0},
+               "ours_over_reference": 100 / 99}
+  save = {"bytes": 2000, "save_seconds": 0.01, "first_save_seconds": 0.02,
+          "saves": 1}
+  return {
+      "machine": {"cpu": "a CPU", "cores": 2, "memory_gib": 1.0,
+                  "python": "3", "tensorflow": "2", "tf_models_official": "2",
+                  "commit": "abc1234", "uncommitted_changes": False,
+                  "date": "today"},
+      "quick": True, "seconds": 60.0,
+      "training_loops": {"digits_convnet": digits},
+      "input_pipelines": {"sizes": {"copies": 1, "batch_size": 2,
+                                    "warmup": 1, "batches": 1, "passes": 1},
+                          "records": {"train": 8, "eval": 6},
+                          "train": pipelines, "eval": pipelines},
+      "flops": {"peak_gflops": 100.0, "gflops_by_size": {"1024": 100.0},
+                "resnet50_forward_flops_per_example": 8e9,
+                "resnet50_training_step_flops_per_example": 24e9},
+      "checkpoint_cost": {
+          "digits_convnet": {"with_iterator": {**save, "bytes": 3000},
+                             "without_iterator": save,
+                             "with_iterator_async_call": save,
+                             "iterator_bytes": 1000,
+                             "checkpoint_interval_steps": 100,
+                             "interval_train_seconds": 1.0,
+                             "save_over_interval": 0.01,
+                             "shuffle_buffer_size": 2000},
+          "resnet50_model": save,
+          "resnet50_iterator": {
+              "records": 16, "record_bytes": 16000, "batch_size": 2,
+              "decoded_batch_bytes": 2 * 224 * 224 * 3 * 4,
+              "default_policy_error": "SampleDistortedBoundingBoxV2 is "
+                                      "stateful.",
+              "by_shuffle_buffer": {"4": {"bytes": 5000, "save_seconds": 0.1},
+                                    "16": {"bytes": 17000,
+                                           "save_seconds": 0.2}}}},
+  }
+
+
+def test_report_states_each_target_met_or_missed():
+  text = report.render(_results())
+  assert ("| digits_convnet: ours / handwritten examples/s >= 0.97 | 0.950 | "
+          "**missed** |") in text
+  assert ("| digits_convnet: ours / stock_tfm examples/s >= 1.0 | 1.056 | "
+          "met |") in text
+  assert "| digits_convnet: our time to first step <= stock TFM's |" in text
+  assert ("| ResNet train input pipeline: ours / reference >= 1.0 | 1.010 | "
+          "met |") in text
+  assert "commit | abc1234 |" in text
+  assert "Not run on a GPU yet" in text
+
+
+def test_report_derives_the_iterator_growth_per_buffered_record():
+  text = report.render(_results())
+  # (17000 - 5000) bytes over 12 more records: 1.0 KB each.
+  assert "grows by 1.0 KB per buffered record" in text
+  assert "off: XLA is slower here" in text
