@@ -32,6 +32,8 @@ from tensorflow.python.checkpoint import checkpoint_management  # pylint: disabl
 from official.core import config_definitions
 from official.core import train_utils
 
+from tfm_ext import _files
+
 MANIFEST = "best_checkpoints.json"
 INFO = "info.json"  # TFM's record of the best checkpoint.
 PREFIX = "best_ckpt"
@@ -49,17 +51,6 @@ def maybe_create(params: config_definitions.ExperimentConfig,
       metric_name=trainer.best_checkpoint_eval_metric,
       metric_comp=trainer.best_checkpoint_metric_comp,
       k=getattr(trainer, "best_checkpoint_top_k", 1))
-
-
-def write_json_atomically(path: str, value: Any) -> None:
-  """Writes `value` as JSON to `path`: temp file, fsync, rename."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(value, f, indent=2)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def scalar_logs(logs: Mapping[str, Any]) -> Dict[str, Any]:
@@ -176,13 +167,13 @@ class TopKCheckpointExporter:
       self._commit(complete)
 
   def _commit(self, entries: List[Dict[str, Any]]) -> None:
-    write_json_atomically(os.path.join(self._dir, MANIFEST), {
+    _files.write_json_atomically(os.path.join(self._dir, MANIFEST), {
         "metric": self._metric_name, "comp": self._comp, "k": self._k,
         "checkpoints": entries})
     self._entries = entries
     if entries:
       best = entries[0]
-      write_json_atomically(os.path.join(self._dir, INFO), {
+      _files.write_json_atomically(os.path.join(self._dir, INFO), {
           **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
       others = sorted(entries[1:], key=lambda e: e["global_step"])
       # What tf.train.CheckpointManager uses: an atomic write of the state.

@@ -27,6 +27,7 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
+from tfm_ext import _files
 from tfm_ext import console
 from tfm_ext.errors import UsageError
 
@@ -37,11 +38,9 @@ POLL_SECONDS = 1.0
 
 def mark_training_complete(model_dir: str, global_step: int) -> None:
   """Tells evaluators that no checkpoint after `global_step` will come."""
-  path = os.path.join(model_dir, COMPLETE_MARKER)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump({"global_step": int(global_step), "time": time.time()}, f)
-  os.replace(tmp, path)
+  _files.write_json_atomically(
+      os.path.join(model_dir, COMPLETE_MARKER),
+      {"global_step": int(global_step), "time": time.time()})
 
 
 def clear_training_complete(model_dir: str) -> None:

@@ -8,6 +8,8 @@ from typing import Dict, Optional
 
 import dataclasses_json
 
+from tfm_ext import _files
+
 FILENAME = "run_summary.json"
 STARTS = "training_starts.jsonl"
 
@@ -45,12 +47,7 @@ class RunSummary:
   def write(self, model_dir: str) -> str:
     """Writes the summary atomically (temp file, fsync, rename)."""
     path = os.path.join(model_dir, FILENAME)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-      f.write(self.to_json(indent=2) + "\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _files.write_text_atomically(path, self.to_json(indent=2) + "\n")
     return path
 
   @classmethod
