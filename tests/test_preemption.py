@@ -121,11 +121,15 @@ def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
   middle = len(data) // 2
   data[middle:middle + 64] = bytes(64)  # Breaks a record's payload CRC.
   good.write_bytes(bytes(data))
-  second = launch(*args[:2], args[2].format(steps=40), model_dir=model_dir)
+  # The resumed iterator first drains its restored shuffle buffer (the whole
+  # split), so the corrupt file is read again within the next epoch: run
+  # long enough (3,200 more examples) to get there.
+  second = launch(*args[:2], args[2].format(steps=70), model_dir=model_dir)
   assert second.returncode == 3, second
   assert "Input data is corrupt" in second.stderr, second
   assert "Traceback" not in second.stderr
   latest = tf.train.latest_checkpoint(str(model_dir))
-  assert latest.endswith("ckpt-20")
-  assert tf.train.load_checkpoint(latest).get_tensor(
-      "global_step/.ATTRIBUTES/VARIABLE_VALUE") == 20
+  assert f"The last checkpoint, {latest}, is intact." in second.stderr
+  step = int(numeric_tensors(latest)["global_step/.ATTRIBUTES/VARIABLE_VALUE"])
+  assert 20 <= step < 70
+  assert second.summary()["status"] == "failed"
