@@ -114,3 +114,18 @@ def test_tpu_strategy_without_address(launch, tmp_path):
                model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "runtime.distribution_strategy=tpu needs a "
                            "TPU address", "--tpu")
+
+
+def test_unknown_strategy_suggests_closest(launch, tmp_path):
+  run = launch(EXP, "--mode=train",
+               "--params_override=runtime.distribution_strategy=mirorred",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown runtime.distribution_strategy "
+                           "'mirorred'", "Did you mean 'mirrored'?", "'off'")
+
+
+def test_one_device_strategy_with_several_gpus(launch, tmp_path):
+  run = launch(EXP, "--mode=train",
+               "--params_override=runtime.distribution_strategy=one_device,"
+               "runtime.num_gpus=2", model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "runtime.num_gpus=2", "use mirrored")

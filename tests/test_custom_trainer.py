@@ -125,3 +125,63 @@ def test_passthrough_logs_merge_and_model_keys_win(run_in_process, tmp_path,
     loss = tf.nest.flatten(logs["loss"])[0]
     assert float(loss) > 0  # The model's loss, not the passthrough's -1.
   assert "clash with the model's logs" in caplog.text
+
+
+class LoopLogsTrainer(tfm_ext.CustomTrainer):
+  """Records each loop end's logs and whether the metrics were reset."""
+
+  loops = []
+
+  def train_loop_end(self):
+    logs = super().train_loop_end()
+    LoopLogsTrainer.loops.append((
+        {k: float(v) for k, v in logs.items()},
+        float(self.train_loss.count.numpy()),
+        self._read_train_logs == self.read_train_logs))  # pylint: disable=comparison-with-callable
+    return logs
+
+
+@tfm_ext.register_trainer("loop_logs_eager")
+class EagerLoopLogsTrainer(LoopLogsTrainer):
+
+  def _traced_read_train_logs(self):
+    return self.read_train_logs
+
+
+@tfm_ext.register_trainer("loop_logs_untraceable")
+class UntraceableLoopLogsTrainer(LoopLogsTrainer):
+
+  def read_train_logs(self):
+    step, logs = super().read_train_logs()
+    if float(logs["training_loss"]) < 0:  # Python on a tensor's value.
+      raise AssertionError("a loss below zero")
+    return step, logs
+
+
+tfm_ext.register_trainer("loop_logs")(LoopLogsTrainer)
+
+
+def test_loop_end_reads_as_a_graph_give_the_eager_logs(run_in_process,
+                                                       tmp_path, caplog):
+  # Deterministic runs, so the three read the same losses: traced from the
+  # second loop end on, eager throughout, and eager after a failed trace.
+  override = ("runtime.deterministic=true,trainer.train_steps=30,"
+              "trainer.steps_per_loop=10,trainer.validation_interval=30")
+  runs = {}
+  for name in ("loop_logs", "loop_logs_eager", "loop_logs_untraceable"):
+    LoopLogsTrainer.loops = []
+    run_in_process("digits_convnet", "train", tmp_path / name, override,
+                   trainer=name)
+    runs[name] = LoopLogsTrainer.loops
+  traced, eager, untraceable = runs.values()
+  assert [eager_reads for _, _, eager_reads in traced] == [True, False, False,
+                                                           False]
+  assert all(eager_reads for _, _, eager_reads in untraceable)
+  assert "read_train_logs cannot be traced" in caplog.text
+  for loops in runs.values():
+    assert [count for _, count, _ in loops] == [0.0] * 4  # Reset each loop.
+  assert [logs for logs, _, _ in traced] == [logs for logs, _, _ in eager]
+  assert [logs for logs, _, _ in untraceable] == [logs for logs, _, _ in eager]
+  # Each loop's own loss, not a running mean over loops.
+  losses = [logs["training_loss"] for logs, _, _ in eager]
+  assert len(set(losses)) == 4

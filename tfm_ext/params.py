@@ -73,6 +73,10 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
   if sources.params_override:
     params = _override(params, sources.params_override, "--params_override")
 
+  if params.runtime.distribution_strategy is False:
+    # YAML reads a bare `off` as false; TFM would stop there with a hint.
+    params.override({"runtime": {"distribution_strategy": "off"}})
+
   name = sources.trainer or gin_trainer() or params.trainer.name
   if name not in trainers.TRAINERS:
     raise UsageError(registry.unknown_name_message(

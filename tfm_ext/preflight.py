@@ -11,14 +11,19 @@ import tensorflow as tf
 from official.core import config_definitions
 
 from tfm_ext import custom_trainer
+from tfm_ext import registry
 from tfm_ext.errors import UsageError
+
+# `official.common.distribute_utils.get_distribution_strategy`'s names.
+STRATEGIES = ("off", "one_device", "mirrored", "multi_worker_mirrored",
+              "parameter_server", "tpu")
 
 
 def check(params: config_definitions.ExperimentConfig, *, trains: bool,
           evaluates: bool, needs_checkpoint: bool, model_dir: str,
           strategy: tf.distribute.Strategy) -> None:
   """Raises `UsageError` for the first problem a run would hit later."""
-  devices = strategy.extended.worker_devices
+  devices = custom_trainer.local_devices(strategy)
   if (trains and params.runtime.enable_xla
       and custom_trainer.xla_scope(devices) is None):
     raise UsageError(custom_trainer.xla_unsupported_message(devices))
@@ -46,7 +51,16 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
 
 def check_runtime(runtime) -> None:
   """Checks the runtime config before any strategy is built."""
-  if runtime.distribution_strategy == "tpu" and not runtime.tpu:
+  strategy = str(runtime.distribution_strategy).lower()
+  if strategy not in STRATEGIES:
+    raise UsageError(registry.unknown_name_message(
+        "runtime.distribution_strategy", strategy, list(STRATEGIES),
+        known_as="TFM's strategies"))
+  if strategy in ("off", "one_device") and runtime.num_gpus > 1:
+    raise UsageError(
+        f"runtime.distribution_strategy={strategy} runs on one device but "
+        f"runtime.num_gpus={runtime.num_gpus}; use mirrored for several GPUs.")
+  if strategy == "tpu" and not runtime.tpu:
     raise UsageError(
         "runtime.distribution_strategy=tpu needs a TPU address: pass --tpu "
         "(a Cloud TPU name or grpc://host:8470) or set runtime.tpu.")

@@ -6,7 +6,7 @@ models live here, one `Registry` each (see `tfm_ext.trainers` and
 """
 
 import difflib
-from typing import Callable, Dict, Generic, List, TypeVar
+from typing import Callable, Dict, Generic, List, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -15,14 +15,18 @@ class RegistryError(LookupError):
   """A lookup or registration that a user can fix by changing a name."""
 
 
-def unknown_name_message(kind: str, name: str, known: List[str]) -> str:
-  """Says that `name` is not a known `kind`, lists the known ones and a guess."""
+def unknown_name_message(kind: str, name: str, known: List[str],
+                         known_as: Optional[str] = None) -> str:
+  """Says that `name` is not a known `kind`, lists the known ones and a guess.
+
+  `known_as` heads the list (default: "Registered <kind>s").
+  """
   message = f"Unknown {kind} {name!r}."
   close = difflib.get_close_matches(name, known, n=1)
   if close:
     message += f" Did you mean {close[0]!r}?"
   listed = ", ".join(repr(k) for k in known) if known else "(none)"
-  return message + f" Registered {kind}s: {listed}."
+  return message + f" {known_as or f'Registered {kind}s'}: {listed}."
 
 
 class Registry(Generic[T]):
