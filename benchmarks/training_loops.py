@@ -11,8 +11,8 @@ On the same model, data, global batch and number of steps:
                  `tf.while_loop`: the floor of framework overhead
     keras_fit    `tf_keras` `Model.fit`, `steps_per_execution=steps_per_loop`
 
-and, on digits_convnet, ablations of our defaults: one step per loop
-(a host sync every step), 200 steps per loop, and XLA on the CPU.
+and ablations of our defaults: on digits_convnet one step per loop (a host
+sync every step) and 200 steps per loop; on both, XLA on the CPU.
 
 Each run is a fresh process; variants are interleaved (A B C D A B C D ...)
 and repeated; the figures are medians. Every variant prints the progress
@@ -45,7 +45,7 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,10 +92,12 @@ SYNTHETIC = ("task.train_data.use_synthetic_data=true,"
 # `warmup_steps`: stock TFM and Keras end their second loop at twice
 # `steps_per_loop`; digits' 200 is also where ours with 200 steps per loop
 # (one step first) ends its second.
+# Windows of about 17 s (digits, 3000 steps) and 20 s (ResNet50, 16 steps):
+# shorter ones let one-off stalls of a shared machine move a ratio by 3%.
 WORKLOADS = {
-    "digits_convnet": Workload("digits_convnet", 64, 1200, 50, 50, 200),
+    "digits_convnet": Workload("digits_convnet", 64, 3200, 50, 50, 200),
     # A 2-core CPU runs a ResNet50 step of batch 8 in one to two seconds.
-    "resnet50": Workload("resnet50_imagenet_ctl", 8, 14, 2, 2, 4, SYNTHETIC),
+    "resnet50": Workload("resnet50_imagenet_ctl", 8, 20, 2, 2, 4, SYNTHETIC),
 }
 QUICK_WORKLOADS = {
     "digits_convnet": Workload("digits_convnet", 64, 400, 50, 50, 200),
@@ -109,6 +111,8 @@ class Variant:
   runner: str
   extra: str = ""
   workloads: Tuple[str, ...] = tuple(WORKLOADS)
+  # Ablations whose effect dwarfs the noise run fewer times.
+  max_repeats: Optional[int] = None
 
 
 VARIANTS = {
@@ -116,14 +120,13 @@ VARIANTS = {
     "stock_tfm": Variant("stock_tfm"),
     "handwritten": Variant("handwritten"),
     "keras_fit": Variant("keras_fit"),
-    # Ablations of our defaults (point 4 of issue 5), digits only.
+    # Ablations of our defaults (point 4 of issue 5).
     "ours_steps_per_loop_1": Variant("ours", "trainer.steps_per_loop=1",
-                                     ("digits_convnet",)),
+                                     ("digits_convnet",), max_repeats=2),
     "ours_steps_per_loop_200": Variant(
         "ours", "trainer.steps_per_loop=200,trainer.summary_interval=200",
-        ("digits_convnet",)),
-    "ours_xla": Variant("ours", "runtime.enable_xla=true",
-                        ("digits_convnet",)),
+        ("digits_convnet",), max_repeats=2),
+    "ours_xla": Variant("ours", "runtime.enable_xla=true", max_repeats=2),
 }
 
 
@@ -218,6 +221,8 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
   runs: Dict[tuple, List[Dict[str, Any]]] = {key: [] for key in plan}
   for repeat in range(repeats):
     for w, v in plan:
+      if repeat >= (variants[v].max_repeats or repeats):
+        continue
       result = run_variant(workloads[w], variants[v])
       runs[(w, v)].append(result)
       print(f"[{repeat + 1}/{repeats}] {w} {v}: "
@@ -237,14 +242,19 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
   return out
 
 
-def ratios(per_variant: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
-  """Ours over each other variant: examples/s, and speed-ups of time to
+def ratios(per_variant: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+  """Ours over each other variant: examples/s (of the medians, and of each
+  repeat's pair of runs, which ran side by side), and speed-ups of time to
   first step and of startup (other's seconds / ours; >= 1: ours is faster).
   """
   ours = per_variant["ours"]["median"]
+  ours_runs = per_variant["ours"]["runs"]
   return {name: {
       "examples_per_second": (ours["examples_per_second"]
                               / variant["median"]["examples_per_second"]),
+      "examples_per_second_by_repeat": [
+          mine["examples_per_second"] / other["examples_per_second"]
+          for mine, other in zip(ours_runs, variant["runs"])],
       "time_to_first_step": (variant["median"]["time_to_first_step_seconds"]
                              / ours["time_to_first_step_seconds"]),
       "startup": variant["median"]["startup_seconds"] / ours[
@@ -386,7 +396,8 @@ def main(argv=None) -> Dict[str, Any]:
   parser.add_argument("--quick", action="store_true",
                       help="Small sizes and one repeat: a smoke run.")
   parser.add_argument("--repeats", type=int, default=None,
-                      help="Runs of each variant (default 3, quick 1).")
+                      help="Runs of each variant (default 5, quick 1; "
+                      "ablations at most 2).")
   parser.add_argument("--out", help="Write the results as JSON here.")
   parser.add_argument("--child", choices=sorted(CHILDREN),
                       help=argparse.SUPPRESS)
@@ -397,7 +408,7 @@ def main(argv=None) -> Dict[str, Any]:
   if args.child:
     _child(args.child, args.experiment, args.params_override, args.model_dir)
     return {}
-  repeats = args.repeats or (1 if args.quick else 3)
+  repeats = args.repeats or (1 if args.quick else 5)
   results = measure(QUICK_WORKLOADS if args.quick else WORKLOADS, VARIANTS,
                     repeats)
   print(json.dumps({w: r["ours_over"] for w, r in results.items()}, indent=2))
