@@ -7,8 +7,9 @@ On the same JPEG TFRecords (`_imagenet_records`) and batch size:
     ours       `experiments/imagenet/input_pipeline.build_dataset`
     reference  `official/legacy/image_classification/resnet/
                imagenet_preprocessing.input_fn`
-    ours_autotune_off    ours with `tf.data.Options().autotune.enabled =
-               False` (AUTOTUNE then means as many threads as cores)
+    ours_autotune_off / ours_autotune_on    ours with tf.data's autotuning
+               forced off (AUTOTUNE then means as many threads as cores) or
+               on; by default it is on for training, off for evaluation
     ours_one_thread      ours with `private_threadpool_size=1`: no
                parallel decoding, what the parallel map and prefetch buy
 
@@ -30,7 +31,6 @@ from typing import Any, Callable, Dict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf
 
 from official.legacy.image_classification.resnet import imagenet_preprocessing
 
@@ -50,14 +50,14 @@ QUICK_SIZES = {"copies": 8, "batch_size": 16, "warmup": 3, "batches": 4,
 def pipelines(files, batch_size: int) -> Dict[str, Dict[str, Callable]]:
   """`{split: {name: () -> tf.data.Dataset}}` for each pipeline compared."""
 
-  def ours(is_training, options=None, threads=0):
-    def build():
-      dataset = input_pipeline.build_dataset(input_pipeline.ImageNetDataConfig(
-          input_path=",".join(files["train" if is_training else "validation"]),
-          is_training=is_training, global_batch_size=batch_size,
-          drop_remainder=is_training, private_threadpool_size=threads))
-      return dataset.with_options(options) if options else dataset
-    return build
+  def ours(is_training, autotune=None, threads=0):
+    return lambda: input_pipeline.build_dataset(
+        input_pipeline.ImageNetDataConfig(
+            input_path=",".join(
+                files["train" if is_training else "validation"]),
+            is_training=is_training, global_batch_size=batch_size,
+            drop_remainder=is_training, private_threadpool_size=threads,
+            autotune=autotune))
 
   def reference(is_training):
     # The reference runner's calls: drop the remainder only in training.
@@ -66,10 +66,9 @@ def pipelines(files, batch_size: int) -> Dict[str, Dict[str, Callable]]:
         drop_remainder=is_training,
         filenames=files["train" if is_training else "validation"])
 
-  no_autotune = tf.data.Options()
-  no_autotune.autotune.enabled = False
   return {split: {"ours": ours(training), "reference": reference(training),
-                  "ours_autotune_off": ours(training, no_autotune),
+                  "ours_autotune_off": ours(training, autotune=False),
+                  "ours_autotune_on": ours(training, autotune=True),
                   "ours_one_thread": ours(training, threads=1)}
           for split, training in (("train", True), ("eval", False))}
 

@@ -94,3 +94,14 @@ def test_synthetic_data_reads_no_file_and_repeats_one_truncated_normal_image():
   evaluation = input_pipeline.build_dataset(config.replace(
       is_training=False, num_examples=5, drop_remainder=False))
   assert [len(labels) for _, labels in evaluation] == [2, 2, 1]
+
+
+def test_autotuning_is_on_for_training_and_off_for_evaluation(imagenet_dir):
+  def autotuned(split, **kwargs):
+    dataset = input_pipeline.build_dataset(
+        data_config(imagenet_dir, split, **kwargs))
+    return dataset.options().autotune.enabled is not False
+
+  assert autotuned("train") and not autotuned("validation")
+  assert autotuned("validation", autotune=True)
+  assert not autotuned("train", autotune=False)
