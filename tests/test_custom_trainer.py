@@ -128,24 +128,21 @@ def test_passthrough_logs_merge_and_model_keys_win(run_in_process, tmp_path,
 
 
 class LoopLogsTrainer(tfm_ext.CustomTrainer):
-  """Records each loop end's logs and whether the metrics were reset."""
+  """Records each loop end's logs, what eager reads gave just before, and
+  whether the metrics were reset."""
 
   loops = []
 
   def train_loop_end(self):
+    expected = {metric.name: float(metric.result())
+                for metric in self.train_metrics + [self.train_loss]}
+    expected.update({k: float(v) for k, v in self.learning_rates().items()})
     logs = super().train_loop_end()
     LoopLogsTrainer.loops.append((
-        {k: float(v) for k, v in logs.items()},
+        expected, {k: float(v) for k, v in logs.items()},
         float(self.train_loss.count.numpy()),
         self._read_train_logs == self.read_train_logs))  # pylint: disable=comparison-with-callable
     return logs
-
-
-@tfm_ext.register_trainer("loop_logs_eager")
-class EagerLoopLogsTrainer(LoopLogsTrainer):
-
-  def _traced_read_train_logs(self):
-    return self.read_train_logs
 
 
 @tfm_ext.register_trainer("loop_logs_untraceable")
@@ -161,27 +158,25 @@ class UntraceableLoopLogsTrainer(LoopLogsTrainer):
 tfm_ext.register_trainer("loop_logs")(LoopLogsTrainer)
 
 
-def test_loop_end_reads_as_a_graph_give_the_eager_logs(run_in_process,
-                                                       tmp_path, caplog):
-  # Deterministic runs, so the three read the same losses: traced from the
-  # second loop end on, eager throughout, and eager after a failed trace.
-  override = ("runtime.deterministic=true,trainer.train_steps=30,"
-              "trainer.steps_per_loop=10,trainer.validation_interval=30")
-  runs = {}
-  for name in ("loop_logs", "loop_logs_eager", "loop_logs_untraceable"):
-    LoopLogsTrainer.loops = []
-    run_in_process("digits_convnet", "train", tmp_path / name, override,
-                   trainer=name)
-    runs[name] = LoopLogsTrainer.loops
-  traced, eager, untraceable = runs.values()
-  assert [eager_reads for _, _, eager_reads in traced] == [True, False, False,
-                                                           False]
-  assert all(eager_reads for _, _, eager_reads in untraceable)
-  assert "read_train_logs cannot be traced" in caplog.text
-  for loops in runs.values():
-    assert [count for _, count, _ in loops] == [0.0] * 4  # Reset each loop.
-  assert [logs for logs, _, _ in traced] == [logs for logs, _, _ in eager]
-  assert [logs for logs, _, _ in untraceable] == [logs for logs, _, _ in eager]
+@pytest.mark.parametrize("trainer", ["loop_logs", "loop_logs_untraceable"])
+def test_loop_end_reads_as_a_graph_give_the_eager_values(run_in_process,
+                                                         tmp_path, caplog,
+                                                         trainer):
+  # Traced from the second loop end on, or eager after a failed trace.
+  override = ("trainer.train_steps=30,trainer.steps_per_loop=10,"
+              "trainer.validation_interval=30")
+  LoopLogsTrainer.loops = []
+  run_in_process("digits_convnet", "train", tmp_path, override,
+                 trainer=trainer)
+  loops = LoopLogsTrainer.loops
+  eager_reads = [eager for _, _, _, eager in loops]
+  if trainer == "loop_logs":
+    assert eager_reads == [True, False, False, False]
+  else:
+    assert eager_reads == [True] * 4
+    assert "read_train_logs cannot be traced" in caplog.text
+  for expected, logs, count, _ in loops:
+    assert logs == expected
+    assert count == 0.0  # Reset at each loop end.
   # Each loop's own loss, not a running mean over loops.
-  losses = [logs["training_loss"] for logs, _, _ in eager]
-  assert len(set(losses)) == 4
+  assert len({logs["training_loss"] for _, logs, _, _ in loops}) == 4
