@@ -61,17 +61,16 @@ def _results():
               "ours_steps_per_loop_1": _variant(50.0, 5.0, 1),
               "ours_steps_per_loop_200": _variant(98.0, 5.0, 1),
               "ours_xla": _variant(60.0, 7.0, 1)}
-  digits = {"config": vars(DIGITS), "params_override": "x=1", "repeats": 1,
-            "variants": variants,
-            "ours_over": training_loops.ratios(variants)}
   resnet_variants = {"ours": _variant(8.0, 10.0, 1),
                      "stock_tfm": _variant(8.0, 11.0, 2),
                      "handwritten": _variant(8.0, 9.0, 1),
                      "keras_fit": _variant(16.0, 12.0, 2),
                      "ours_xla": _variant(3.0, 12.0, 1)}
-  resnet = {"config": vars(DIGITS), "params_override": "x=1", "repeats": 1,
-            "variants": resnet_variants,
-            "ours_over": training_loops.ratios(resnet_variants)}
+
+  def loops(variants):
+    return {"config": vars(DIGITS), "params_override": "x=1", "repeats": 1,
+            "variants": variants,
+            "ours_over": training_loops.ratios(variants)}
   pipelines = {"images_per_second": {"ours": 100.0, "reference": 99.0,
                                      "ours_autotune_off": 98.0,
                                      "ours_autotune_on": 97.0,
@@ -85,7 +84,8 @@ def _results():
                   "commit": "abc1234", "uncommitted_changes": False,
                   "date": "today"},
       "quick": True, "seconds": 60.0,
-      "training_loops": {"digits_convnet": digits, "resnet50": resnet},
+      "training_loops": {"digits_convnet": loops(variants),
+                         "resnet50": loops(resnet_variants)},
       "input_pipelines": {"sizes": {"copies": 1, "batch_size": 2,
                                     "warmup": 1, "batches": 1, "passes": 1},
                           "records": {"train": 8, "eval": 6},

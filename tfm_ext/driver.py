@@ -60,8 +60,7 @@ def build_strategy(params: config_definitions.ExperimentConfig):
   `tf.config.set_logical_device_configuration`), where TFM uses CPU:0 only.
   """
   runtime = params.runtime
-  if (runtime.distribution_strategy.lower() == "mirrored"
-      and runtime.num_gpus == 0):
+  if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
     # Listing devices starts the runtime, so only here: a multi-worker
     # strategy must be made before that.
     cpus = tf.config.list_logical_devices("CPU")

@@ -73,9 +73,11 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
   if sources.params_override:
     params = _override(params, sources.params_override, "--params_override")
 
-  if params.runtime.distribution_strategy is False:
-    # YAML reads a bare `off` as false; TFM would stop there with a hint.
-    params.override({"runtime": {"distribution_strategy": "off"}})
+  # One spelling from here on: TFM lowercases the name, and YAML reads a
+  # bare `off` as false (TFM would stop there with a hint).
+  strategy = params.runtime.distribution_strategy
+  params.override({"runtime": {"distribution_strategy": (
+      "off" if strategy is False else str(strategy).lower())}})
 
   name = sources.trainer or gin_trainer() or params.trainer.name
   if name not in trainers.TRAINERS:

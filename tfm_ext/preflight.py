@@ -51,7 +51,7 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
 
 def check_runtime(runtime) -> None:
   """Checks the runtime config before any strategy is built."""
-  strategy = str(runtime.distribution_strategy).lower()
+  strategy = str(runtime.distribution_strategy)  # Lowercased by params.build.
   if strategy not in STRATEGIES:
     raise UsageError(registry.unknown_name_message(
         "runtime.distribution_strategy", strategy, list(STRATEGIES),
