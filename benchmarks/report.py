@@ -39,6 +39,8 @@ def _met(ok: bool) -> str:
 
 
 def _ms(seconds: float) -> str:
+  if seconds < 1e-3:
+    return f"{seconds * 1e3:.2f} ms"
   return f"{seconds * 1e3:.1f} ms"
 
 
@@ -260,6 +262,26 @@ def defaults_section(results: Results) -> str:
         f"step {start:+.1f} s",
         "off: XLA is slower here" if ratio < 1 else
         "**not justified by this figure**: XLA is faster here"))
+  host = results.get("host_costs")
+  if host:
+    writes, reads = host["summaries"], host["global_step_read"]
+    logs = host["read_train_logs"]
+    rows[2:2] = [
+        ("a loop's outputs written as one summary op per directory "
+         "(`ScalarSummaryManager`), the global step read through its local "
+         "copy (`driver.host_readable`)",
+         f"writing one loop's 5 values: {_ms(writes['ours'])} vs "
+         f"{_ms(writes['orbit'])} with Orbit's `SummaryManager`; a step read "
+         f"{_ms(reads['ours'])} vs {_ms(reads['orbit'])} "
+         f"(`host_costs.py`); a loop of no steps costs "
+         f"{_ms(host['empty_loop']['ours'])} in all",
+         "the same events, less host time between loops (about ten step "
+         "reads a loop)"),
+        ("`train_loop_end` reads metrics and learning rate as one graph",
+         f"{_ms(logs['traced'])} vs {_ms(logs['eager'])} eagerly",
+         "traced from the second loop end; eager before it and when the "
+         "override cannot be traced"),
+    ]
   return ("## Defaults and the figures behind them (issue 5, point 4)\n\n"
           "digits_convnet through our launcher unless said otherwise.\n\n"
           + table(("default", "measured", "justifies"), rows))

@@ -5,7 +5,7 @@
 
 Runs, each in a process of its own: `training_loops.py` (which starts one
 process per measured run), `flops.py` (on the training loops' ResNet50
-figures), `input_pipelines.py` and `checkpoint_cost.py`. The full run writes
+figures), `input_pipelines.py`, `checkpoint_cost.py` and `host_costs.py`. The full run writes
 `benchmarks/results.json` and `benchmarks/RESULTS.md`; `--quick` writes
 them to a scratch directory unless `--out_dir` is given. `--render=FILE`
 only renders `RESULTS.md` again from a results JSON. A `gpu_results.json`
@@ -28,7 +28,8 @@ from benchmarks import report
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 # In order: flops reads the training loops' results.
-BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost")
+BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost",
+              "host_costs")
 
 
 def run(quick: bool, scratch: str) -> Dict[str, Any]:

@@ -14,8 +14,9 @@ On the same model, data, global batch and number of steps:
 and ablations of our defaults: on digits_convnet one step per loop (a host
 sync every step) and 200 steps per loop; on both, XLA on the CPU.
 
-Each run is a fresh process; variants are interleaved (A B C D A B C D ...)
-and repeated; the figures are medians. Every variant prints the progress
+Each run is a fresh process; variants are interleaved and repeated, each
+repeat in an order rotated by one (A B C D, B C D A, ...); the figures are
+medians. Every variant prints the progress
 line of `tfm_ext.console.TrainProgress` at each loop end, and this process
 timestamps those lines as they arrive: one clock, outside the runs, for all.
 Time to first step runs from starting the process to its first progress
@@ -220,7 +221,7 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
           if w in variants[v].workloads]
   runs: Dict[tuple, List[Dict[str, Any]]] = {key: [] for key in plan}
   for repeat in range(repeats):
-    for w, v in plan:
+    for w, v in _rotated(plan, repeat):
       if repeat >= (variants[v].max_repeats or repeats):
         continue
       result = run_variant(workloads[w], variants[v])
@@ -240,6 +241,20 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
               "repeats": repeats, "variants": per_variant,
               "ours_over": ratios(per_variant)}
   return out
+
+
+def _rotated(plan: List[Tuple[str, str]], repeat: int
+             ) -> List[Tuple[str, str]]:
+  """`plan` with each workload's variants rotated by `repeat` places.
+
+  No variant always runs first, or always after the same other one.
+  """
+  order = []
+  for workload in dict.fromkeys(w for w, _ in plan):
+    runs = [(w, v) for w, v in plan if w == workload]
+    shift = repeat % len(runs)
+    order += runs[shift:] + runs[:shift]
+  return order
 
 
 def ratios(per_variant: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

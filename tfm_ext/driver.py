@@ -34,6 +34,7 @@ from tfm_ext import modes
 from tfm_ext import preemption
 from tfm_ext import preflight
 from tfm_ext import run_summary
+from tfm_ext import summaries
 from tfm_ext import trainers
 from tfm_ext.errors import RunFailed
 from tfm_ext.run_summary import RunSummary
@@ -96,7 +97,27 @@ class FirstStepThenEvery:
 
 def _controller(**kwargs) -> orbit.Controller:
   kwargs["steps_per_loop"] = FirstStepThenEvery(kwargs["steps_per_loop"])
+  kwargs["global_step"] = host_readable(kwargs["global_step"],
+                                        kwargs["strategy"])
   return orbit.Controller(**kwargs)
+
+
+def host_readable(global_step: tf.Variable,
+                  strategy: tf.distribute.Strategy) -> tf.Variable:
+  """A variable that reads as `global_step` and is cheaper to read.
+
+  The controller, the summaries and the progress line read the step about
+  ten times a loop. A `MirroredVariable`'s `numpy()` goes through the
+  distribution machinery: 0.13 ms against 0.03 ms for its first local
+  component, which holds the same value (every replica's copy is updated
+  with the first replica's, and a cross-replica read returns one of them).
+  Other strategies' variables are returned as they are.
+  """
+  if (isinstance(global_step, tf.distribute.DistributedValues)
+      and isinstance(strategy, (tf.distribute.MirroredStrategy,
+                                tf.distribute.MultiWorkerMirroredStrategy))):
+    return strategy.experimental_local_results(global_step)[0]
+  return global_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +226,10 @@ def run(plan: Plan,
         params, task, train=mode.trains, evaluate=mode.evaluates,
         checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
 
-  summaries = _summary_managers(params, write_dir, trainer.global_step)
+  step = host_readable(trainer.global_step, strategy)
+  summaries = _summary_managers(params, write_dir, step)
   progress = console.TrainProgress(
-      global_step=trainer.global_step,
+      global_step=step,
       total_steps=params.trainer.train_steps,
       global_batch_size=params.task.train_data.global_batch_size,
       start_time=request.start_time)
@@ -324,8 +346,8 @@ def is_chief_process() -> bool:
 def _summary_managers(params, model_dir: str, global_step):
   """Train and eval summary writers where TFM writes them."""
   def manager(subdir):
-    return orbit.utils.SummaryManager(os.path.join(model_dir, subdir),
-                                      tf.summary.scalar,
-                                      global_step=global_step)
+    return summaries.ScalarSummaryManager(os.path.join(model_dir, subdir),
+                                          tf.summary.scalar,
+                                          global_step=global_step)
   return (manager("train"),
           manager(params.trainer.validation_summary_subdir))

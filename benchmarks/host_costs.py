@@ -1,0 +1,120 @@
+"""Host work per training loop: the pieces our driver does differently.
+
+    python benchmarks/host_costs.py [--quick] [--out=FILE]
+
+Between two loops of `steps_per_loop` steps the device waits while the host
+reads the loop's metrics, writes its summaries and reads the global step
+(Orbit's controller, the progress line and the summaries read it about ten
+times). On the digits_convnet trainer as `tfm_ext.driver` builds it (the
+launcher's config and strategy, one-CPU `MirroredStrategy`), after a few
+loops of training, the median per-call time of:
+
+    summaries          one loop's outputs (4 logs and steps_per_second)
+                       written and flushed: Orbit's `SummaryManager` with
+                       `tf.summary.scalar` and the trainer's global step (as
+                       TFM's runner makes it), against our
+                       `ScalarSummaryManager` with `driver.host_readable`'s
+                       step (as our driver does)
+    global_step_read   `global_step.numpy()`: the `MirroredVariable`
+                       against `driver.host_readable(global_step)`
+    read_train_logs    `CustomTrainer.read_train_logs` (metric results and
+                       resets, learning rate) run eagerly against as the
+                       `tf.function` `train_loop_end` runs from its second
+                       call
+    empty_loop         `trainer.train(0)`: a loop of no steps (the loop
+                       function's call and `train_loop_end`), the fixed cost
+                       of a loop beside the pieces above
+
+Calls are timed in rounds, the variants of a piece interleaved; figures are
+medians over rounds of each round's mean.
+"""
+
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np
+import orbit
+import tensorflow as tf
+
+from benchmarks import _common
+from benchmarks import checkpoint_cost
+from tfm_ext import driver
+from tfm_ext import summaries
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+SIZES = {"rounds": 9, "calls": 200}
+QUICK_SIZES = {"rounds": 2, "calls": 10}
+LOOP_OUTPUTS = {"accuracy": np.float32(0.98), "training_loss": np.float32(0.05),
+                "learning_rate": np.float32(0.002),
+                "steps_per_second": 160.5}
+
+
+def interleaved(variants: Dict[str, Callable[[], Any]],
+                sizes: Dict[str, int]) -> Dict[str, float]:
+  """Median over rounds of each variant's mean seconds per call."""
+  means = {name: [] for name in variants}
+  for fn in variants.values():
+    fn()  # Traces or opens what the first call does.
+  for _ in range(sizes["rounds"]):
+    for name, fn in variants.items():
+      start = time.perf_counter()
+      for _ in range(sizes["calls"]):
+        fn()
+      means[name].append((time.perf_counter() - start) / sizes["calls"])
+  return {name: _common.median(values) for name, values in means.items()}
+
+
+def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
+  """Every piece of the docstring, on a digits_convnet trainer."""
+  _, strategy, trainer = checkpoint_cost.build_trainer(
+      "digits_convnet", "trainer.steps_per_loop=10")
+  for _ in range(3):  # Traces the loop and, at the second end, the reads.
+    trainer.train(tf.constant(10))
+  step = trainer.global_step
+  local_step = driver.host_readable(step, strategy)
+
+  def writer(manager_cls, global_step):
+    manager = manager_cls(tempfile.mkdtemp(prefix="bench_summaries_"),
+                          tf.summary.scalar, global_step=global_step)
+
+    def write():
+      manager.write_summaries(LOOP_OUTPUTS)
+      manager.flush()
+
+    return write
+
+  traced_reads = trainer._traced_read_train_logs()  # pylint: disable=protected-access
+  no_steps = tf.constant(0)
+  out = {
+      "sizes": sizes,
+      "strategy": type(strategy).__name__,
+      "summaries": interleaved({
+          "orbit": writer(orbit.utils.SummaryManager, step),
+          "ours": writer(summaries.ScalarSummaryManager, local_step)}, sizes),
+      "global_step_read": interleaved({
+          "orbit": step.numpy, "ours": local_step.numpy}, sizes),
+      "read_train_logs": interleaved({
+          "eager": trainer.read_train_logs, "traced": traced_reads}, sizes),
+      "empty_loop": interleaved({
+          "ours": lambda: trainer.train(no_steps)}, sizes),
+  }
+  for piece in ("summaries", "global_step_read", "read_train_logs",
+                "empty_loop"):
+    print(piece, {k: f"{v * 1e3:.3f} ms" for k, v in out[piece].items()},
+          flush=True)
+  return out
+
+
+def main(argv=None) -> Dict[str, Any]:
+  """Runs the benchmark; see the module docstring."""
+  return _common.sized_main(__doc__, measure, SIZES, QUICK_SIZES, argv)
+
+
+if __name__ == "__main__":
+  main()
