@@ -205,8 +205,8 @@ def defaults_section(results: Results) -> str:
       ("progress, hooks, metrics read the device once per loop",
        "the same figure: with `steps_per_loop=1` the progress line, "
        "Orbit's summaries and `train_loop_end` sync every step",
-       "no per-step host reads (`TrainProgress`, the non-finite check is a "
-       "variable read once per loop)"),
+       "no per-step host reads (`TrainProgress`; the non-finite check reads "
+       "the loop's mean loss at its end)"),
       ("`runtime.enable_xla` off on the CPU",
        f"XLA on: {xla['examples_per_second']:.0f} ex/s "
        f"({xla_ratio:.2f}x), first step {xla_start:+.1f} s, peak RSS "
@@ -262,10 +262,10 @@ def defaults_section(results: Results) -> str:
         f"step {start:+.1f} s",
         "off: XLA is slower here" if ratio < 1 else
         "**not justified by this figure**: XLA is faster here"))
-  host = results.get("host_costs")
+  host = results.get("loop_costs")
   if host:
     writes, reads = host["summaries"], host["global_step_read"]
-    logs = host["read_train_logs"]
+    logs, step = host["read_train_logs"], host["step"]
     rows[2:2] = [
         ("a loop's outputs written as one summary op per directory "
          "(`ScalarSummaryManager`), the global step read through its local "
@@ -273,7 +273,7 @@ def defaults_section(results: Results) -> str:
          f"writing one loop's 5 values: {_ms(writes['ours'])} vs "
          f"{_ms(writes['orbit'])} with Orbit's `SummaryManager`; a step read "
          f"{_ms(reads['ours'])} vs {_ms(reads['orbit'])} "
-         f"(`host_costs.py`); a loop of no steps costs "
+         f"(`loop_costs.py`); a loop of no steps costs "
          f"{_ms(host['empty_loop']['ours'])} in all",
          "the same events, less host time between loops (about ten step "
          "reads a loop)"),
@@ -281,6 +281,14 @@ def defaults_section(results: Results) -> str:
          f"{_ms(logs['traced'])} vs {_ms(logs['eager'])} eagerly",
          "traced from the second loop end; eager before it and when the "
          "override cannot be traced"),
+        ("a NaN or infinite loss is caught from the loop's mean loss, not in "
+         "each step",
+         f"{_ms(step['ours'])} a step vs {_ms(step['per_step_check'])} with "
+         f"a check in the step that keeps the first bad step "
+         f"({step['per_step_check'] / step['ours'] - 1:+.1%})",
+         "no op in the step" if step["per_step_check"] > step["ours"] else
+         "**not justified by this figure**: the per-step check is as fast"
+         " (the error names the loop's steps, not the step)"),
     ]
   return ("## Defaults and the figures behind them (issue 5, point 4)\n\n"
           "digits_convnet through our launcher unless said otherwise.\n\n"

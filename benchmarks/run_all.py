@@ -1,15 +1,16 @@
 """Runs every benchmark; writes `results.json` and renders `RESULTS.md`.
 
-    python benchmarks/run_all.py            # about 20 minutes on 2 CPU cores
+    python benchmarks/run_all.py            # about 30 minutes on 2 CPU cores
     python benchmarks/run_all.py --quick    # a smoke run, about 3 minutes
 
 Runs, each in a process of its own: `training_loops.py` (which starts one
 process per measured run), `flops.py` (on the training loops' ResNet50
-figures), `input_pipelines.py`, `checkpoint_cost.py` and `host_costs.py`. The full run writes
-`benchmarks/results.json` and `benchmarks/RESULTS.md`; `--quick` writes
-them to a scratch directory unless `--out_dir` is given. `--render=FILE`
-only renders `RESULTS.md` again from a results JSON. A `gpu_results.json`
-beside the results (from `gpu_resnet50.py`) is rendered too.
+figures), `input_pipelines.py`, `checkpoint_cost.py` and `loop_costs.py`.
+The full run writes `benchmarks/results.json` and `benchmarks/RESULTS.md`;
+`--quick` writes them to a scratch directory unless `--out_dir` is given.
+`--render=FILE` only renders `RESULTS.md` again from a results JSON. A
+`gpu_results.json` beside the results (from `gpu_resnet50.py`) is rendered
+too.
 """
 
 import argparse
@@ -29,7 +30,7 @@ from benchmarks import report
 
 # In order: flops reads the training loops' results.
 BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost",
-              "host_costs")
+              "loop_costs")
 
 
 def run(quick: bool, scratch: str) -> Dict[str, Any]:

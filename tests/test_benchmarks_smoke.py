@@ -111,10 +111,11 @@ def _results():
               "by_shuffle_buffer": {"4": {"bytes": 5000, "save_seconds": 0.1},
                                     "16": {"bytes": 17000,
                                            "save_seconds": 0.2}}}},
-      "host_costs": {"summaries": {"orbit": 0.0012, "ours": 0.0003},
+      "loop_costs": {"summaries": {"orbit": 0.0012, "ours": 0.0003},
                      "global_step_read": {"orbit": 0.00014, "ours": 0.00004},
                      "read_train_logs": {"eager": 0.0045, "traced": 0.00045},
-                     "empty_loop": {"ours": 0.0011}},
+                     "empty_loop": {"ours": 0.0011},
+                     "step": {"ours": 0.0050, "per_step_check": 0.0051}},
   }
 
 
@@ -142,8 +143,10 @@ def test_report_derives_the_iterator_growth_per_buffered_record():
           "vs 8.0 (0.38x), first step +2.0 s |") in text
 
 
-def test_report_shows_the_host_costs_behind_the_loop_defaults():
+def test_report_shows_the_loop_costs_behind_the_loop_defaults():
   text = report.render(_results())
+  assert ("| 5.0 ms a step vs 5.1 ms with a check in the step that keeps the "
+          "first bad step (+2.0%) | no op in the step |") in text
   assert ("writing one loop's 5 values: 0.30 ms vs 1.2 ms with Orbit's "
           "`SummaryManager`; a step read 0.04 ms vs 0.14 ms") in text
   assert "| 0.45 ms vs 4.5 ms eagerly |" in text

@@ -85,15 +85,17 @@ def test_transient_errors_beyond_max_restarts_fail(launch, tmp_path):
   assert "UnavailableError" in run.stderr and "Traceback" in run.stderr
 
 
-def test_nan_loss_names_the_step_and_keeps_last_checkpoint(launch, tmp_path):
+def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
+    launch, tmp_path):
   model_dir = tmp_path / "m"
-  run = launch("--experiment=digits_nan", "--mode=train",
-               "--params_override=trainer.train_steps=60,"
-               "trainer.steps_per_loop=10,trainer.checkpoint_interval=10,"
-               "task.nan_at_step=25",
+  override = ("--params_override=trainer.train_steps=60,"
+              "trainer.checkpoint_interval=10,task.nan_at_step=25,"
+              "trainer.steps_per_loop=")
+  run = launch("--experiment=digits_nan", "--mode=train", override + "10",
                model_dir=model_dir, script=DOWNSTREAM_TRAIN)
   assert run.returncode == 3, run
-  assert "not finite (NaN or inf) at step 25" in run.stderr, run
+  assert "not finite (NaN or inf) in steps 21-30 (one loop)" in run.stderr, run
+  assert "trainer.steps_per_loop=1" in run.stderr
   assert "Traceback" not in run.stderr
   latest = tf.train.latest_checkpoint(str(model_dir))
   assert latest.endswith("ckpt-20"), latest
@@ -101,6 +103,12 @@ def test_nan_loss_names_the_step_and_keeps_last_checkpoint(launch, tmp_path):
     if value.dtype.kind == "f":
       assert np.isfinite(value).all(), name
   assert run.summary()["status"] == "failed"
+  # As the message says: one step a loop from the last checkpoint.
+  run = launch("--experiment=digits_nan", "--mode=train", override + "1",
+               model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  assert run.returncode == 3, run
+  assert "not finite (NaN or inf) at step 25." in run.stderr, run
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
 
 
 def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(

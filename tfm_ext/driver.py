@@ -227,7 +227,8 @@ def run(plan: Plan,
         checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
 
   step = host_readable(trainer.global_step, strategy)
-  summaries = _summary_managers(params, write_dir, step)
+  train_summaries, eval_summaries = _summary_managers(params, write_dir,
+                                                      step)
   progress = console.TrainProgress(
       global_step=step,
       total_steps=params.trainer.train_steps,
@@ -249,8 +250,8 @@ def run(plan: Plan,
         checkpoint_manager=lambda: runner.checkpoint_manager)
     train_actions = [progress, coordinated]
   elif mode.trains:
-    train_actions = [progress, stop_action(summaries[0])]
-    eval_actions = [stop_action(summaries[1])]
+    train_actions = [progress, stop_action(train_summaries)]
+    eval_actions = [stop_action(eval_summaries)]
   latest = tf.train.latest_checkpoint(model_dir)
   if latest and _is_multi_worker(strategy):
     # Restoring creates optimizer slots, each a collective broadcast, so all
@@ -268,8 +269,8 @@ def run(plan: Plan,
       train_actions=train_actions,
       # An evaluator must never write checkpoints: only training modes save.
       eval_actions=[eval_progress] + eval_actions,
-      controller_cls=_controller, summary_manager=summaries[0],
-      eval_summary_manager=summaries[1])
+      controller_cls=_controller, summary_manager=train_summaries,
+      eval_summary_manager=eval_summaries)
   if coordinated:
     coordinated.start()
   restored_step = int(trainer.global_step.numpy())

@@ -1,6 +1,6 @@
-"""Host work per training loop: the pieces our driver does differently.
+"""What a training loop costs besides the model, piece by piece.
 
-    python benchmarks/host_costs.py [--quick] [--out=FILE]
+    python benchmarks/loop_costs.py [--quick] [--out=FILE]
 
 Between two loops of `steps_per_loop` steps the device waits while the host
 reads the loop's metrics, writes its summaries and reads the global step
@@ -24,6 +24,11 @@ loops of training, the median per-call time of:
     empty_loop         `trainer.train(0)`: a loop of no steps (the loop
                        function's call and `train_loop_end`), the fixed cost
                        of a loop beside the pieces above
+    step               seconds per step in loops of `loop_steps` steps:
+                       `CustomTrainer` (the non-finite check reads the loop's
+                       mean loss at its end) against a trainer that checks
+                       each step's loss in the step and keeps the first bad
+                       step in a variable (ours until this benchmark)
 
 Calls are timed in rounds, the variants of a piece interleaved; figures are
 medians over rounds of each round's mean.
@@ -44,15 +49,45 @@ import tensorflow as tf
 
 from benchmarks import _common
 from benchmarks import checkpoint_cost
+from tfm_ext import custom_trainer
 from tfm_ext import driver
 from tfm_ext import summaries
+from tfm_ext import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-SIZES = {"rounds": 9, "calls": 200}
-QUICK_SIZES = {"rounds": 2, "calls": 10}
+SIZES = {"rounds": 9, "calls": 200, "step_rounds": 12, "loop_steps": 300}
+QUICK_SIZES = {"rounds": 2, "calls": 10, "step_rounds": 2, "loop_steps": 10}
 LOOP_OUTPUTS = {"accuracy": np.float32(0.98), "training_loss": np.float32(0.05),
                 "learning_rate": np.float32(0.002),
                 "steps_per_second": 160.5}
+
+
+@trainers.register_trainer("per_step_nonfinite_check")
+class PerStepCheckTrainer(custom_trainer.CustomTrainer):
+  """Checks each step's loss in the step, keeping the first bad step."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.first_nonfinite_step = tf.Variable(
+        0, dtype=tf.int64, trainable=False,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+  def _run_replicas_eagerly_or_traced(self, inputs):
+    def step_fn(inputs):
+      logs = self._task_train_step(inputs, model=self.model,
+                                   optimizer=self.optimizer,
+                                   metrics=self.train_metrics)
+      loss = logs[self.task.loss]
+      self.train_loss.update_state(loss)
+      self.global_step.assign_add(1)
+      first_bad = tf.logical_and(
+          tf.logical_not(tf.reduce_all(tf.math.is_finite(loss))),
+          tf.equal(self.first_nonfinite_step, 0))
+      self.first_nonfinite_step.assign(
+          tf.where(first_bad, tf.cast(self.global_step, tf.int64),
+                   self.first_nonfinite_step))
+
+    self.strategy.run(step_fn, args=(inputs,), options=self._runtime_options)
 
 
 def interleaved(variants: Dict[str, Callable[[], Any]],
@@ -104,8 +139,18 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
       "empty_loop": interleaved({
           "ours": lambda: trainer.train(no_steps)}, sizes),
   }
+  loop = tf.constant(sizes["loop_steps"])
+  per_step_check = checkpoint_cost.build_trainer(
+      "digits_convnet",
+      "trainer.steps_per_loop=10,trainer.name=per_step_nonfinite_check")[2]
+  per_step_check.train(tf.constant(1))
+  steps = interleaved({"ours": lambda: trainer.train(loop),
+                       "per_step_check": lambda: per_step_check.train(loop)},
+                      {"rounds": sizes["step_rounds"], "calls": 1})
+  out["step"] = {name: seconds / sizes["loop_steps"]
+                 for name, seconds in steps.items()}
   for piece in ("summaries", "global_step_read", "read_train_logs",
-                "empty_loop"):
+                "empty_loop", "step"):
     print(piece, {k: f"{v * 1e3:.3f} ms" for k, v in out[piece].items()},
           flush=True)
   return out
