@@ -109,6 +109,15 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
   assert run.returncode == 3, run
   assert "not finite (NaN or inf) at step 25." in run.stderr, run
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
+  # Without the input position in the checkpoint, the message says so.
+  run = launch("--experiment=digits_nan", "--mode=train",
+               override.replace("--params_override=",
+                                "--params_override=trainer.checkpoint_input_"
+                                "iterator=false,") + "10",
+               model_dir=tmp_path / "no_iterator", script=DOWNSTREAM_TRAIN)
+  assert run.returncode == 3, run
+  assert "in steps 21-30 (one loop)" in run.stderr, run
+  assert "a resumed run may read other batches" in run.stderr, run
 
 
 def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(

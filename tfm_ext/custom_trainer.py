@@ -221,11 +221,14 @@ class CustomTrainer(base_trainer.Trainer):
     steps = int(self._loop_steps) if self._loop_steps is not None else 1
     if steps == 1:
       return f"The training loss is not finite (NaN or inf) at step {last}."
+    same_batches = ("a resumed run reads the same batches" if
+                    self._host_input else "this run's input position is not "
+                    "in its checkpoints, so a resumed run may read other "
+                    "batches")
     return (f"The training loss is not finite (NaN or inf) in steps "
             f"{last - steps + 1}-{last} (one loop). To find the step, resume "
             f"from the last checkpoint with "
-            f"--params_override=trainer.steps_per_loop=1: a resumed run reads "
-            f"the same batches.")
+            f"--params_override=trainer.steps_per_loop=1 ({same_batches}).")
 
   def _traced_read_train_logs(self):
     """`read_train_logs` as a graph, or as it is if it cannot be traced."""
