@@ -58,6 +58,8 @@ class CustomTrainer(base_trainer.Trainer):
     * `train_loop_end` reports the learning rate of every optimizer when the
       model trains with several (`learning_rate/<name>`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
+    * A NaN or infinite training loss stops the run at the end of its loop
+      (`RunFailed`, naming the loop's steps), before that loop is saved.
   """
 
   def __init__(self, config, task, model, optimizer, train=True,
@@ -191,9 +193,9 @@ class CustomTrainer(base_trainer.Trainer):
     """Runs in Python after each training loop; returns the logs to report.
 
     Raises `RunFailed` if the loop's mean training loss is NaN or infinite:
-    a step of the loop had a loss that was (or overflowed the sum). The
+    a step of the loop had such a loss (or the losses' sum overflowed). The
     message names the loop's steps; the check costs no op in the step (one
-    in the step made digits_convnet's steps 1.5 to 5.5 % slower:
+    in the step made digits_convnet's steps 1.5 to 6 % slower:
     `benchmarks/loop_costs.py`).
     Returns training metrics, `training_loss`, and the learning rate: under
     `learning_rate` for one optimizer, under `learning_rate/<name>` for each
