@@ -15,8 +15,8 @@ and ablations of our defaults: on digits_convnet one step per loop (a host
 sync every step) and 200 steps per loop; on both, XLA on the CPU.
 
 Each run is a fresh process; variants are interleaved and repeated, each
-repeat in an order rotated by one (A B C D, B C D A, ...); the figures are
-medians. Every variant prints the progress
+repeat in an order rotated by one (A B C D, B C D A, ...), after one
+discarded warm-up run per workload; the figures are medians. Every variant prints the progress
 line of `tfm_ext.console.TrainProgress` at each loop end, and this process
 timestamps those lines as they arrive: one clock, outside the runs, for all.
 Time to first step runs from starting the process to its first progress
@@ -220,6 +220,13 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
   plan = [(w, v) for w in workloads for v in variants
           if w in variants[v].workloads]
   runs: Dict[tuple, List[Dict[str, Any]]] = {key: [] for key in plan}
+  # One discarded run per workload first: the first process of a benchmark
+  # reads TensorFlow and the data from a cold file cache (its first step
+  # came 1-1.5 s late), which would land on whichever variant runs first.
+  for w in dict.fromkeys(w for w, _ in plan):
+    result = run_variant(workloads[w], variants["ours"])
+    print(f"[warm-up] {w} ours: {result['examples_per_second']:.1f} ex/s "
+          "(not counted)", flush=True)
   for repeat in range(repeats):
     for w, v in _rotated(plan, repeat):
       if repeat >= (variants[v].max_repeats or repeats):
