@@ -5,7 +5,8 @@
 
 Runs, each in a process of its own: `training_loops.py` (which starts one
 process per measured run), `flops.py` (on the training loops' ResNet50
-figures), `input_pipelines.py`, `checkpoint_cost.py` and `loop_costs.py`.
+figures), `input_pipelines.py`, `checkpoint_cost.py`, `loop_costs.py` and
+`startup.py`.
 The full run writes `benchmarks/results.json` and `benchmarks/RESULTS.md`;
 `--quick` writes them to a scratch directory unless `--out_dir` is given.
 `--render=FILE` only renders `RESULTS.md` again from a results JSON. A
@@ -30,7 +31,7 @@ from benchmarks import report
 
 # In order: flops reads the training loops' results.
 BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost",
-              "loop_costs")
+              "loop_costs", "startup")
 
 
 def run(quick: bool, scratch: str) -> Dict[str, Any]:

@@ -11,11 +11,14 @@ the reference runner's checkpoints). See `experiments/imagenet/export.py`
 for what is written. Bad input prints one `error:` paragraph and exits 2.
 """
 
+import gc
 import os
 import sys
 
 # TensorFlow's C++ start-up INFO lines would bury the result.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# As in launchers/train.py: no collections while importing (0.7 s).
+gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -27,6 +30,9 @@ from official.modeling import hyperparams
 from experiments.imagenet import export
 from experiments.imagenet import resnet50
 from tfm_ext.errors import UsageError
+
+gc.freeze()
+gc.enable()
 
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix or directory.")
 flags.DEFINE_string("export_dir", None, "Where the SavedModels go.")

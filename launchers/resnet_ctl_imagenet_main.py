@@ -17,10 +17,13 @@ restarts and exit codes are those of `launchers/train.py`. Bad flags print
 one `error:` paragraph and exit 2 before anything is written.
 """
 
+import gc
 import os
 
 # TensorFlow's C++ start-up INFO lines would bury the progress lines.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# As in launchers/train.py: no collections while importing (0.7 s).
+gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -35,6 +38,9 @@ from tfm_ext import job
 from tfm_ext import params as params_lib
 from tfm_ext import run_summary
 from tfm_ext.errors import UsageError
+
+gc.freeze()
+gc.enable()
 
 reference_runner.define_flags()
 FLAGS = flags.FLAGS

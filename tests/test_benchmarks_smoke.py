@@ -116,6 +116,15 @@ def _results():
                      "read_train_logs": {"eager": 0.0045, "traced": 0.00045},
                      "empty_loop": {"ours": 0.0011},
                      "step": {"ours": 0.0050, "per_step_check": 0.0051}},
+      "startup": {"variants": {
+          name: {"median": {"import_seconds": seconds,
+                            "full_collections": collections,
+                            "collect_seconds": collect,
+                            "frozen_objects": frozen, "peak_rss_mib": rss}}
+          for name, seconds, collections, collect, frozen, rss in (
+              ("launcher", 3.5, 0, 0.0002, 800000, 750.0),
+              ("collector_on", 4.25, 7, 0.0001, 500000, 748.0),
+              ("no_freeze", 3.6, 0, 0.33, 0, 749.0))}},
   }
 
 
@@ -160,3 +169,12 @@ def test_report_shows_the_loop_costs_behind_the_loop_defaults():
                                    "device once per loop") + 1)
   assert rows.index("| `runtime.enable_xla` off on the CPU: ResNet50") == (
       rows.index("| `runtime.enable_xla` off on the CPU") + 1)
+
+
+def test_report_shows_what_the_collector_off_at_import_saves():
+  text = report.render(_results())
+  assert ("| imports 3.50 s vs 4.25 s with the collector on (7 full "
+          "collections); a full collection after them 0.20 ms vs 330.0 ms "
+          "unfrozen (0 vs 800000 objects frozen); peak RSS +2 MiB "
+          "(`startup.py`) | 0.75 s off every launch's time to first step |"
+          ) in text
