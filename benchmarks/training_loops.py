@@ -11,8 +11,10 @@ On the same model, data, global batch and number of steps:
                  `tf.while_loop`: the floor of framework overhead
     keras_fit    `tf_keras` `Model.fit`, `steps_per_execution=steps_per_loop`
 
-and ablations of our defaults: on digits_convnet one step per loop (a host
-sync every step) and 200 steps per loop; on both, XLA on the CPU.
+and ablations of our defaults: on digits_convnet 200 steps per loop; on both,
+XLA on the CPU. A third workload, digits_convnet at one step per loop, runs
+the four variants where what each does between loops (a host sync, progress,
+summaries) weighs most; it is not one of issue 5's comparisons.
 
 Each run is a fresh process; variants are interleaved and repeated, each
 repeat in an order rotated by one (A B C D, B C D A, ...), after one
@@ -74,6 +76,10 @@ class Workload:
   # variant ends a loop here, after its second (see the module docstring).
   warmup_steps: int
   overrides: str = ""
+  # False: not one of issue 5's comparisons, a view of per-loop host work.
+  targets: bool = True
+  # At most this many repeats (None: all of them).
+  repeats: Optional[int] = None
 
   def params_override(self, extra: str = "") -> str:
     """The `--params_override` every variant of this workload runs with."""
@@ -99,10 +105,15 @@ WORKLOADS = {
     "digits_convnet": Workload("digits_convnet", 64, 3200, 50, 50, 200),
     # A 2-core CPU runs a ResNet50 step of batch 8 in one to two seconds.
     "resnet50": Workload("resnet50_imagenet_ctl", 8, 20, 2, 2, 4, SYNTHETIC),
+    # One step per loop: what each variant does between loops shows.
+    "digits_convnet_per_step": Workload("digits_convnet", 64, 1200, 1, 1, 200,
+                                        targets=False, repeats=3),
 }
 QUICK_WORKLOADS = {
     "digits_convnet": Workload("digits_convnet", 64, 400, 50, 50, 200),
     "resnet50": Workload("resnet50_imagenet_ctl", 2, 6, 2, 2, 4, SYNTHETIC),
+    "digits_convnet_per_step": Workload("digits_convnet", 64, 240, 1, 1, 200,
+                                        targets=False),
 }
 
 
@@ -122,12 +133,11 @@ VARIANTS = {
     "handwritten": Variant("handwritten"),
     "keras_fit": Variant("keras_fit"),
     # Ablations of our defaults (point 4 of issue 5).
-    "ours_steps_per_loop_1": Variant("ours", "trainer.steps_per_loop=1",
-                                     ("digits_convnet",), max_repeats=2),
     "ours_steps_per_loop_200": Variant(
         "ours", "trainer.steps_per_loop=200,trainer.summary_interval=200",
         ("digits_convnet",), max_repeats=2),
-    "ours_xla": Variant("ours", "runtime.enable_xla=true", max_repeats=2),
+    "ours_xla": Variant("ours", "runtime.enable_xla=true",
+                        ("digits_convnet", "resnet50"), max_repeats=2),
 }
 
 
@@ -229,7 +239,8 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
           "(not counted)", flush=True)
   for repeat in range(repeats):
     for w, v in _rotated(plan, repeat):
-      if repeat >= (variants[v].max_repeats or repeats):
+      if repeat >= min(variants[v].max_repeats or repeats,
+                       workloads[w].repeats or repeats):
         continue
       result = run_variant(workloads[w], variants[v])
       runs[(w, v)].append(result)
