@@ -10,6 +10,10 @@ On the same model, data, global batch and number of steps:
     handwritten  a `tf.function` running the steps of a loop in a
                  `tf.while_loop`: the floor of framework overhead
     keras_fit    `tf_keras` `Model.fit`, `steps_per_execution=steps_per_loop`
+    keras_fit_tensorboard
+                 the same with Keras's `TensorBoard` callback writing loss
+                 and metrics every `summary_interval` steps, as ours and
+                 stock TFM write them (bare `Model.fit` writes nothing)
 
 and ablations of our defaults: on digits_convnet 200 steps per loop; on both,
 XLA on the CPU. A third workload, digits_convnet at one step per loop, runs
@@ -42,6 +46,7 @@ Besides that first one, checkpoints are saved only after the last step
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -132,6 +137,7 @@ VARIANTS = {
     "stock_tfm": Variant("stock_tfm"),
     "handwritten": Variant("handwritten"),
     "keras_fit": Variant("keras_fit"),
+    "keras_fit_tensorboard": Variant("keras_fit_tensorboard"),
     # Ablations of our defaults (point 4 of issue 5).
     "ours_steps_per_loop_200": Variant(
         "ours", "trainer.steps_per_loop=200,trainer.summary_interval=200",
@@ -397,9 +403,9 @@ def _handwritten(params, model_dir, clock):
     progress({})
 
 
-def _keras_fit(params, model_dir, clock):
-  """`tf_keras` `Model.fit` on the task's model, loss, metrics and data."""
-  del model_dir
+def _keras_fit(params, model_dir, clock, summaries=False):
+  """`tf_keras` `Model.fit` on the task's model, loss, metrics and data;
+  with `summaries`, writing them as ours does (Keras's `TensorBoard`)."""
   import tf_keras  # pylint: disable=g-import-not-at-top
   task, model, optimizer, metrics, dataset = _model_parts(params)
   # Keras adds the model's regularization losses itself.
@@ -415,12 +421,19 @@ def _keras_fit(params, model_dir, clock):
     def on_train_batch_end(self, batch, logs=None):
       progress({})
 
+  callbacks = [Clock()]
+  if summaries:
+    callbacks.insert(0, tf_keras.callbacks.TensorBoard(
+        model_dir, update_freq=params.trainer.summary_interval,
+        write_graph=False, profile_batch=0))
   model.fit(dataset, epochs=1, steps_per_epoch=params.trainer.train_steps,
-            verbose=0, callbacks=[Clock()])
+            verbose=0, callbacks=callbacks)
 
 
 CHILDREN = {"stock_tfm": _stock_tfm, "handwritten": _handwritten,
-            "keras_fit": _keras_fit}
+            "keras_fit": _keras_fit,
+            "keras_fit_tensorboard": functools.partial(_keras_fit,
+                                                       summaries=True)}
 
 
 def main(argv=None) -> Dict[str, Any]:
