@@ -143,7 +143,8 @@ def training_section(results: Results) -> str:
         f"{config['global_batch_size']}, {config['train_steps']} steps, "
         f"`steps_per_loop` {config['steps_per_loop']}, examples/s over "
         f"steps {config['warmup_steps']}..{config['train_steps']}, "
-        f"{figures['repeats']} repeat(s). Overrides: "
+        f"{len(figures['variants']['ours']['runs'])} repeat(s). "
+        f"Overrides: "
         f"`{figures['params_override']}`.\n\n")
     if not config.get("targets", True):
       parts.append(
