@@ -17,7 +17,7 @@ On the same model, data, global batch and number of steps:
 
 and ablations of our defaults: on digits_convnet 200 steps per loop; on both,
 XLA on the CPU. A third workload, digits_convnet at one step per loop, runs
-the four variants where what each does between loops (a host sync, progress,
+the five variants where what each does between loops (a host sync, progress,
 summaries) weighs most; it is not one of issue 5's comparisons.
 
 Each run is a fresh process; variants are interleaved and repeated, each
