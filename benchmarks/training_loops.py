@@ -15,8 +15,8 @@ On the same model, data, global batch and number of steps:
                  and metrics every `summary_interval` steps, as ours and
                  stock TFM write them (bare `Model.fit` writes nothing)
 
-and ablations of our defaults: on digits_convnet 200 steps per loop; on both,
-XLA on the CPU. A third workload, digits_convnet at one step per loop, runs
+and ablations of our defaults: on digits_convnet 200 steps per loop and the
+default strategy (`off`) for TFM's `mirrored`; on both, XLA on the CPU. A third workload, digits_convnet at one step per loop, runs
 the five variants where what each does between loops (a host sync, progress,
 summaries) weighs most; it is not one of issue 5's comparisons.
 
@@ -144,6 +144,9 @@ VARIANTS = {
         ("digits_convnet",), max_repeats=2),
     "ours_xla": Variant("ours", "runtime.enable_xla=true",
                         ("digits_convnet", "resnet50"), max_repeats=2),
+    # TFM's default `mirrored` builds a one-replica MirroredStrategy here.
+    "ours_strategy_off": Variant("ours", "runtime.distribution_strategy=off",
+                                 ("digits_convnet",)),
 }
 
 
