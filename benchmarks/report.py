@@ -178,17 +178,21 @@ def training_section(results: Results) -> str:
   return "".join(parts)
 
 
+def host_seconds(name: str, variants: Results, per_step: Results,
+                 batch: int) -> float:
+  """A variant's host work a loop: its time per step at one step per loop
+  less its time per step in the main digits_convnet table."""
+  return batch * (1 / per_step[name]["median"]["examples_per_second"]
+                  - 1 / variants[name]["median"]["examples_per_second"])
+
+
 def host_work(variants: Results, per_step: Results, batch: int) -> str:
-  """Each other variant's host work a loop: its time per step at one step
-  per loop less its time per step in the main digits_convnet table."""
-  costs = []
-  for name in ("keras_fit", "keras_fit_tensorboard", "handwritten",
-               "stock_tfm"):
-    if name in per_step and name in variants:
-      seconds = batch * (1 / per_step[name]["median"]["examples_per_second"]
-                         - 1 / variants[name]["median"]["examples_per_second"])
-      costs.append(f"{VARIANT_NAMES[name]} {_ms(seconds)}")
-  return "; ".join(costs)
+  """Every other variant's `host_seconds`, named."""
+  return "; ".join(
+      f"{VARIANT_NAMES[name]} "
+      f"{_ms(host_seconds(name, variants, per_step, batch))}"
+      for name in ("keras_fit", "keras_fit_tensorboard", "handwritten",
+                   "stock_tfm") if name in per_step and name in variants)
 
 
 def defaults_section(results: Results) -> str:
@@ -203,7 +207,7 @@ def defaults_section(results: Results) -> str:
   many = variants["ours_steps_per_loop_200"]["median"]
   xla = variants["ours_xla"]["median"]
   step = batch / ours["examples_per_second"]
-  per_loop = batch / one["examples_per_second"] - step
+  per_loop = host_seconds("ours", variants, per_step, batch)
   xla_ratio = xla["examples_per_second"] / ours["examples_per_second"]
   xla_start = (xla["time_to_first_step_seconds"]
                - ours["time_to_first_step_seconds"])

@@ -12,10 +12,10 @@ import os
 # TensorFlow's C++ start-up INFO lines would bury the progress lines.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 # The imports below make about 490,000 objects that live as long as the
-# process, and Python's collector would rescan them all about six times
-# while they load: 0.9 s of a 5.7 s time to first step. It is off until they
-# are in; `gc.freeze` then keeps later collections from rescanning them
-# (benchmarks/RESULTS.md, "collector off while importing").
+# process, and Python's collector would rescan them in seven full
+# collections while they load: 0.7 s of a 5.7 s time to first step. It is
+# off until they are in; `gc.freeze` then keeps later collections from
+# rescanning them (benchmarks/startup.py; its row in benchmarks/RESULTS.md).
 gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
