@@ -53,6 +53,9 @@ def uninterrupted(tmp_path_factory, data_dir):
   assert result.returncode == 0, result
   assert result.summary()["deterministic"] is True
   assert result.summary()["input_in_checkpoint"] is True
+  # TFM's default `mirrored`, on one CPU device: no strategy.
+  assert (result.summary()["strategy"], result.summary()["replicas"]) == (
+      "none", 1)
   return str(model_dir)
 
 
@@ -91,12 +94,41 @@ def test_without_iterator_state_a_resume_is_not_exact(
 
 
 @pytest.mark.slow
+def test_one_replica_mirror_and_no_strategy_are_the_same_run(
+    start, launch, tmp_path):
+  """`mirrored` on one CPU builds no strategy: the same data and math, bit
+  for bit, as TFM's one-replica mirror, and it resumes the mirror's
+  checkpoints. Without dropout: under a strategy, Keras's generator-backed
+  dropout draws from a per-replica stream, so its masks differ."""
+  no_dropout = "task.model.dropout_rate=0.0"
+  reference = launch(*args(no_dropout), model_dir=tmp_path / "none",
+                     script=DOWNSTREAM_TRAIN)
+  assert reference.returncode == 0, reference
+  assert (reference.summary()["strategy"], reference.summary()["replicas"]) == (
+      "none", 1)
+  model_dir = tmp_path / "mirror_then_none"
+  stopped = interrupt(start, model_dir, DOWNSTREAM_TRAIN,
+                      args(no_dropout, "runtime.mirror_one_device=true"),
+                      r"step 70/", signal.SIGTERM)
+  assert (stopped.summary()["strategy"], stopped.summary()["replicas"]) == (
+      "MirroredStrategy", 1)
+  final = launch(*args(no_dropout), model_dir=model_dir,
+                 script=DOWNSTREAM_TRAIN)
+  assert final.returncode == 0, final
+  assert final.summary()["strategy"] == "none"
+  assert final.summary()["resumed_from_step"] >= 70
+  assert differing(tmp_path / "none", model_dir) == []
+
+
+@pytest.mark.slow
 def test_mirrored_over_two_cpus_resumes_bitwise_identical(
     launch, start, tmp_path):
   run_args = args("runtime.distribution_strategy=mirrored")
   reference = launch(*run_args, model_dir=tmp_path / "reference",
                      script=TWO_CPUS_TRAIN)
   assert reference.returncode == 0, reference
+  assert (reference.summary()["strategy"], reference.summary()["replicas"]) == (
+      "MirroredStrategy", 2)
   model_dir = tmp_path / "interrupted"
   interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args, r"step 30/",
             signal.SIGKILL)

@@ -26,6 +26,8 @@ HARMLESS = (
     "trainer.continuous_eval_timeout",
     "trainer.best_checkpoint_",
     "runtime.tpu",
+    # A one-replica mirror or none: the same steps, bit for bit.
+    "runtime.mirror_one_device",
 )
 
 

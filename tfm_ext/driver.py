@@ -56,9 +56,19 @@ class RunRequest:
 def build_strategy(params: config_definitions.ExperimentConfig):
   """Returns the `tf.distribute.Strategy` that `params.runtime` asks for.
 
-  TFM's semantics, with one addition: `mirrored` with `num_gpus=0` mirrors
-  over every logical CPU device (one unless the process split its CPU with
-  `tf.config.set_logical_device_configuration`), where TFM uses CPU:0 only.
+  TFM's semantics, with two changes to `mirrored` with `num_gpus=0`:
+
+  * over several logical CPU devices (a process that split its CPU with
+    `tf.config.set_logical_device_configuration`) it mirrors over all of
+    them, where TFM uses CPU:0 only;
+  * in a process with one CPU device and no GPU, it returns the default
+    strategy, as `off` does, where TFM builds a one-replica
+    `MirroredStrategy` that costs 1.5% of a digits_convnet step
+    (benchmarks/RESULTS.md) and adds nothing: the same data and math, bit
+    for bit, and checkpoints that either restores. Random ops in replica
+    context (Keras's generator-backed dropout) draw from another stream.
+    `runtime.mirror_one_device=true` keeps TFM's mirror, to exercise
+    replica-context code on a laptop.
   """
   runtime = params.runtime
   if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
@@ -67,12 +77,26 @@ def build_strategy(params: config_definitions.ExperimentConfig):
     cpus = tf.config.list_logical_devices("CPU")
     if len(cpus) > 1:
       return tf.distribute.MirroredStrategy([d.name for d in cpus])
+    # With a GPU in the process the default strategy would place the steps
+    # there; TFM's mirror keeps them on the CPU that `num_gpus=0` asks for.
+    if not (getattr(runtime, "mirror_one_device", False)
+            or tf.config.list_logical_devices("GPU")):
+      logging.info("runtime.distribution_strategy=mirrored on one CPU device: "
+                   "no strategy (runtime.mirror_one_device=true keeps TFM's "
+                   "one-replica MirroredStrategy).")
+      return tf.distribute.get_strategy()
   return distribute_utils.get_distribution_strategy(
       distribution_strategy=runtime.distribution_strategy,
       all_reduce_alg=runtime.all_reduce_alg,
       num_gpus=runtime.num_gpus,
       num_packs=runtime.num_packs,
       tpu_address=runtime.tpu)
+
+
+def describe_strategy(strategy: tf.distribute.Strategy) -> str:
+  """`MirroredStrategy`, ..., or `none` for the default strategy."""
+  name = type(strategy).__name__
+  return "none" if name == "_DefaultDistributionStrategy" else name
 
 
 class FirstStepThenEvery:
@@ -288,6 +312,8 @@ def run(plan: Plan,
         resumed_from_step=restored_step,
         resumes=resumes,
         deterministic=deterministic,
+        strategy=describe_strategy(plan.strategy),
+        replicas=plan.strategy.num_replicas_in_sync,
         input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
                                     False),
         train_metrics=progress.last_logs,

@@ -93,8 +93,11 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
   return params
 
 
-# Fields tfm_ext adds to TFM's `RuntimeConfig` (see `tfm_ext.determinism`).
-RUNTIME_FIELDS = {"deterministic": False, "seed": 0}
+# Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.determinism`'s, and
+# whether `mirrored` on one CPU device keeps a one-replica mirror
+# (`tfm_ext.driver.build_strategy`).
+RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
+                  "mirror_one_device": False}
 
 
 def _add_missing_fields(params) -> None:

@@ -35,6 +35,9 @@ class RunSummary:
   # a resume is exact (bitwise an uninterrupted run) only with both.
   deterministic: bool = False
   input_in_checkpoint: bool = False
+  # The strategy the run built (`none`: TF's default) and its replicas.
+  strategy: str = ""
+  replicas: int = 1
   # False on the non-chief workers of a multi-worker job, which write no
   # summary into model_dir.
   chief: bool = True
