@@ -6,17 +6,18 @@ Between two loops of `steps_per_loop` steps the device waits while the host
 reads the loop's metrics, writes its summaries and reads the global step
 (Orbit's controller, the progress line and the summaries read it about ten
 times). On the digits_convnet trainer as `tfm_ext.driver` builds it (the
-launcher's config and strategy, one-CPU `MirroredStrategy`), after a few
-loops of training, the median per-call time of:
+launcher's config and strategy: on one CPU, no strategy), after a few loops
+of training, the median per-call time of:
 
     summaries          one loop's outputs (4 logs and steps_per_second)
                        written and flushed: Orbit's `SummaryManager` with
-                       `tf.summary.scalar` and the trainer's global step (as
-                       TFM's runner makes it), against our
-                       `ScalarSummaryManager` with `driver.host_readable`'s
-                       step (as our driver does)
-    global_step_read   `global_step.numpy()`: the `MirroredVariable`
-                       against `driver.host_readable(global_step)`
+                       `tf.summary.scalar` and a `MirroredStrategy` global
+                       step (TFM's runner on its one-replica mirror, or any
+                       mirrored run), against our `ScalarSummaryManager` with
+                       `driver.host_readable`'s step (as our driver does)
+    global_step_read   `numpy()` of that `MirroredVariable` step against
+                       `driver.host_readable`'s (no strategy's plain step
+                       reads as fast)
     read_train_logs    `CustomTrainer.read_train_logs` (metric results and
                        resets, learning rate) run eagerly against as the
                        `tf.function` `train_loop_end` runs from its second
@@ -111,8 +112,12 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
       "digits_convnet", "trainer.steps_per_loop=10")
   for _ in range(3):  # Traces the loop and, at the second end, the reads.
     trainer.train(tf.constant(10))
-  step = trainer.global_step
-  local_step = driver.host_readable(step, strategy)
+  # What `host_readable` is for: a mirrored step (one replica here).
+  mirror = tf.distribute.MirroredStrategy(["/cpu:0"])
+  with mirror.scope():
+    step = orbit.utils.create_global_step()
+  step.assign(trainer.global_step.numpy())
+  local_step = driver.host_readable(step, mirror)
 
   def writer(manager_cls, global_step):
     manager = manager_cls(tempfile.mkdtemp(prefix="bench_summaries_"),
@@ -128,7 +133,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
   no_steps = tf.constant(0)
   out = {
       "sizes": sizes,
-      "strategy": type(strategy).__name__,
+      "strategy": driver.describe_strategy(strategy),
       "summaries": interleaved({
           "orbit": writer(orbit.utils.SummaryManager, step),
           "ours": writer(summaries.ScalarSummaryManager, local_step)}, sizes),

@@ -6,7 +6,7 @@ defaults and the figures that justify them, input pipelines, FLOP/s,
 checkpoint cost, and the GPU script's results if there are any.
 """
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Results = Dict[str, Any]
 
@@ -51,6 +51,23 @@ def _mib(size: float) -> str:
   return f"{size / 2**20:.2f} MiB"
 
 
+# A run this far below its variant's median ran on a slowed-down machine.
+SLOW_RUN = 0.9
+
+
+def slow_runs(training_loops: Results) -> Tuple[List[str], int]:
+  """`workload variant (repeat n)` of each slow run, and the number of runs."""
+  slow, runs = [], 0
+  for workload, result in training_loops.items():
+    for name, variant in result["variants"].items():
+      median = variant["median"]["examples_per_second"]
+      for i, run in enumerate(variant["runs"]):
+        runs += 1
+        if run["examples_per_second"] < SLOW_RUN * median:
+          slow.append(f"{workload} {name} (repeat {i + 1})")
+  return slow, runs
+
+
 def machine_section(results: Results) -> str:
   """Where and on what code the figures were taken, and how quiet it was."""
   m = results["machine"]
@@ -60,7 +77,8 @@ def machine_section(results: Results) -> str:
            for workload in results["training_loops"].values()
            for variant in workload["variants"].values()
            for run in variant["runs"]]
-  quiet = min(cores) >= 0.85 * m["cores"]
+  slow, runs = slow_runs(results["training_loops"])
+  quiet = min(cores) >= 0.85 * m["cores"] and not slow
   rows = [("CPU", m["cpu"]), ("cores", m["cores"]),
           ("memory", f"{m['memory_gib']} GiB"), ("Python", m["python"]),
           ("TensorFlow", m["tensorflow"]),
@@ -74,6 +92,12 @@ def machine_section(results: Results) -> str:
       f"machine to be quiet and records how many of its {m['cores']} cores "
       f"a busy loop per core got (`cores free` below). In this run that "
       f"ranged from {min(cores):.1f} to {max(cores):.1f}. ")
+  if slow:
+    noise += (f"{len(slow)} of {runs} training runs were more than "
+              f"{1 - SLOW_RUN:.0%} below their variant's median ("
+              + ", ".join(slow) + "): the machine slowed down during them, "
+              "which `cores free`, measured before each run, does not "
+              "catch. ")
   noise += ("The machine was quiet." if quiet else
             "**The machine was shared with other work during this run**: "
             "figures are low and noisy, ratios less so (variants are "
@@ -301,8 +325,8 @@ def defaults_section(results: Results) -> str:
     logs, step = host["read_train_logs"], host["step"]
     rows[2:2] = [
         ("a loop's outputs written as one summary op per directory "
-         "(`ScalarSummaryManager`), the global step read through its local "
-         "copy (`driver.host_readable`)",
+         "(`ScalarSummaryManager`), a mirrored global step read through "
+         "its local copy (`driver.host_readable`)",
          f"writing one loop's 5 values: {_ms(writes['ours'])} vs "
          f"{_ms(writes['orbit'])} with Orbit's `SummaryManager`; a step read "
          f"{_ms(reads['ours'])} vs {_ms(reads['orbit'])} "

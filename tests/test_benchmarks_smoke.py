@@ -176,8 +176,9 @@ def test_report_shows_the_loop_costs_behind_the_loop_defaults():
           if line.startswith("| ")]
   # Host costs follow the loop defaults; ResNet's XLA row follows digits'.
   assert rows.index("| a loop's outputs written as one summary op per "
-                    "directory (`ScalarSummaryManager`), the global step read "
-                    "through its local copy (`driver.host_readable`)") == (
+                    "directory (`ScalarSummaryManager`), a mirrored global "
+                    "step read through its local copy "
+                    "(`driver.host_readable`)") == (
                         rows.index("| progress, hooks, metrics read the "
                                    "device once per loop") + 1)
   assert rows.index("| `runtime.enable_xla` off on the CPU: ResNet50") == (
@@ -209,3 +210,17 @@ def test_report_flags_a_default_its_own_figure_does_not_justify():
   assert ("| 95 ex/s vs 97 with TFM's one-replica `MirroredStrategy` (0.980x) "
           "| **not justified by this figure**: the one-replica mirror is "
           "2.0% faster here |") in text
+
+
+def test_report_names_runs_far_below_their_median_and_calls_it_noisy():
+  results = _results()
+  text = report.render(results)
+  assert "The machine was quiet." in text
+  ours = results["training_loops"]["digits_convnet"]["variants"]["ours"]
+  ours["runs"] = [dict(ours["median"], examples_per_second=e)
+                  for e in (95.0, 96.0, 85.0)]  # 85 < 0.9 * 95.
+  text = report.render(results)
+  assert ("1 of 19 training runs were more than 10% below their variant's "
+          "median (digits_convnet ours (repeat 3)): the machine slowed down "
+          "during them") in text
+  assert "The machine was quiet." not in text
