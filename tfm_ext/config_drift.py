@@ -26,7 +26,8 @@ HARMLESS = (
     "trainer.continuous_eval_timeout",
     "trainer.best_checkpoint_",
     "runtime.tpu",
-    # A one-replica mirror or none: the same steps, bit for bit.
+    # A one-replica mirror or none: the same data and math (only dropout's
+    # random stream differs), and either restores the other's checkpoints.
     "runtime.mirror_one_device",
 )
 

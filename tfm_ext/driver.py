@@ -63,10 +63,11 @@ def build_strategy(params: config_definitions.ExperimentConfig):
     them, where TFM uses CPU:0 only;
   * in a process with one CPU device and no GPU, it returns the default
     strategy, as `off` does, where TFM builds a one-replica
-    `MirroredStrategy` that costs 1.5% of a digits_convnet step
+    `MirroredStrategy` that costs 1 to 3% of a digits_convnet step
     (benchmarks/RESULTS.md) and adds nothing: the same data and math, bit
-    for bit, and checkpoints that either restores. Random ops in replica
-    context (Keras's generator-backed dropout) draw from another stream.
+    for bit, and checkpoints that either restores. Only random ops in
+    replica context (Keras's generator-backed dropout) draw from another
+    stream.
     `runtime.mirror_one_device=true` keeps TFM's mirror, to exercise
     replica-context code on a laptop.
   """
