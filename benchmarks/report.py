@@ -6,7 +6,7 @@ defaults and the figures that justify them, input pipelines, FLOP/s,
 checkpoint cost, and the GPU script's results if there are any.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 Results = Dict[str, Any]
 
@@ -55,17 +55,14 @@ def _mib(size: float) -> str:
 SLOW_RUN = 0.9
 
 
-def slow_runs(training_loops: Results) -> Tuple[List[str], int]:
-  """`workload variant (repeat n)` of each slow run, and the number of runs."""
-  slow, runs = [], 0
-  for workload, result in training_loops.items():
-    for name, variant in result["variants"].items():
-      median = variant["median"]["examples_per_second"]
-      for i, run in enumerate(variant["runs"]):
-        runs += 1
-        if run["examples_per_second"] < SLOW_RUN * median:
-          slow.append(f"{workload} {name} (repeat {i + 1})")
-  return slow, runs
+def slow_runs(training_loops: Results) -> List[str]:
+  """`workload variant (repeat n)` of each slow run."""
+  return [f"{workload} {name} (repeat {i + 1})"
+          for workload, result in training_loops.items()
+          for name, variant in result["variants"].items()
+          for i, run in enumerate(variant["runs"])
+          if run["examples_per_second"]
+          < SLOW_RUN * variant["median"]["examples_per_second"]]
 
 
 def machine_section(results: Results) -> str:
@@ -77,7 +74,7 @@ def machine_section(results: Results) -> str:
            for workload in results["training_loops"].values()
            for variant in workload["variants"].values()
            for run in variant["runs"]]
-  slow, runs = slow_runs(results["training_loops"])
+  slow = slow_runs(results["training_loops"])
   quiet = min(cores) >= 0.85 * m["cores"] and not slow
   rows = [("CPU", m["cpu"]), ("cores", m["cores"]),
           ("memory", f"{m['memory_gib']} GiB"), ("Python", m["python"]),
@@ -93,7 +90,7 @@ def machine_section(results: Results) -> str:
       f"a busy loop per core got (`cores free` below). In this run that "
       f"ranged from {min(cores):.1f} to {max(cores):.1f}. ")
   if slow:
-    noise += (f"{len(slow)} of {runs} training runs were more than "
+    noise += (f"{len(slow)} of {len(cores)} training runs were more than "
               f"{1 - SLOW_RUN:.0%} below their variant's median ("
               + ", ".join(slow) + "): the machine slowed down during them, "
               "which `cores free`, measured before each run, does not "

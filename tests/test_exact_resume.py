@@ -29,6 +29,11 @@ def differing(dir_a, dir_b):
   return sorted(k for k in a if not np.array_equal(a[k], b[k]))
 
 
+def strategy(result):
+  """The strategy a run's summary records, and its replicas."""
+  return result.summary()["strategy"], result.summary()["replicas"]
+
+
 def interrupt(start, model_dir, script, run_args, line_pattern, sig):
   """Starts the run, sends `sig` once a stdout line matches; returns it."""
   job = start(*run_args, model_dir=model_dir, script=script)
@@ -54,8 +59,7 @@ def uninterrupted(tmp_path_factory, data_dir):
   assert result.summary()["deterministic"] is True
   assert result.summary()["input_in_checkpoint"] is True
   # TFM's default `mirrored`, on one CPU device: no strategy.
-  assert (result.summary()["strategy"], result.summary()["replicas"]) == (
-      "none", 1)
+  assert strategy(result) == ("none", 1)
   return str(model_dir)
 
 
@@ -104,18 +108,16 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
   reference = launch(*args(no_dropout), model_dir=tmp_path / "none",
                      script=DOWNSTREAM_TRAIN)
   assert reference.returncode == 0, reference
-  assert (reference.summary()["strategy"], reference.summary()["replicas"]) == (
-      "none", 1)
+  assert strategy(reference) == ("none", 1)
   model_dir = tmp_path / "mirror_then_none"
   stopped = interrupt(start, model_dir, DOWNSTREAM_TRAIN,
                       args(no_dropout, "runtime.mirror_one_device=true"),
                       r"step 70/", signal.SIGTERM)
-  assert (stopped.summary()["strategy"], stopped.summary()["replicas"]) == (
-      "MirroredStrategy", 1)
+  assert strategy(stopped) == ("MirroredStrategy", 1)
   final = launch(*args(no_dropout), model_dir=model_dir,
                  script=DOWNSTREAM_TRAIN)
   assert final.returncode == 0, final
-  assert final.summary()["strategy"] == "none"
+  assert strategy(final) == ("none", 1)
   assert final.summary()["resumed_from_step"] >= 70
   assert differing(tmp_path / "none", model_dir) == []
 
@@ -127,8 +129,7 @@ def test_mirrored_over_two_cpus_resumes_bitwise_identical(
   reference = launch(*run_args, model_dir=tmp_path / "reference",
                      script=TWO_CPUS_TRAIN)
   assert reference.returncode == 0, reference
-  assert (reference.summary()["strategy"], reference.summary()["replicas"]) == (
-      "MirroredStrategy", 2)
+  assert strategy(reference) == ("MirroredStrategy", 2)
   model_dir = tmp_path / "interrupted"
   interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args, r"step 30/",
             signal.SIGKILL)
