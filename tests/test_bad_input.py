@@ -129,3 +129,11 @@ def test_one_device_strategy_with_several_gpus(launch, tmp_path):
                "--params_override=runtime.distribution_strategy=one_device,"
                "runtime.num_gpus=2", model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "runtime.num_gpus=2", "use mirrored")
+
+
+def test_negative_input_threads(launch, tmp_path):
+  run = launch(EXP, "--mode=train",
+               "--params_override=runtime.dataset_num_private_threads=-1",
+               model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "runtime.dataset_num_private_threads=-1",
+                           "0: tf.data's own pool")

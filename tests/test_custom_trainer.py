@@ -1,10 +1,13 @@
 """CustomTrainer's hooks on real runs: order, counts, XLA, optimizers, passthrough."""
 
+import os
+
 import pytest
 import tensorflow as tf
 
 import downstream_registry
 import tfm_ext
+from tfm_ext import custom_trainer
 
 EAGER = ("trainer.train_tf_function=false,trainer.eval_tf_function=false,"
          "trainer.train_tf_while_loop=false,")
@@ -180,3 +183,46 @@ def test_loop_end_reads_as_a_graph_give_the_eager_values(run_in_process,
     assert count == 0.0  # Reset at each loop end.
   # Each loop's own loss, not a running mean over loops.
   assert len({logs["training_loss"] for _, logs, _, _ in loops}) == 4
+
+
+def _private_pools(trainer):
+  return [dataset.options().threading.private_threadpool_size
+          for dataset in (trainer.train_dataset, trainer.eval_dataset)]
+
+
+def test_input_gets_half_the_cores_on_cpu_and_a_resume_may_change_it(
+    run_in_process, tmp_path):
+  """TFM declares runtime.dataset_num_private_threads and ignores it; ours
+  sizes the trainer's datasets' tf.data pool with it, half the cores when it
+  is unset and the replicas are CPUs. The input iterator in the checkpoint
+  restores under another count."""
+  half = max(1, len(os.sched_getaffinity(0)) // 2)
+  override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
+              "trainer.validation_interval=20,trainer.validation_steps=2")
+  summary, _ = run_in_process("digits_convnet", "train_and_eval", tmp_path,
+                              override, trainer="recording")
+  assert summary.input_threads == half
+  assert _private_pools(
+      downstream_registry.RecordingTrainer.instances[-1]) == [half, half]
+  summary, _ = run_in_process(
+      "digits_convnet", "train_and_eval", tmp_path,
+      override.replace("train_steps=20", "train_steps=30")
+      + ",runtime.dataset_num_private_threads=3", trainer="recording")
+  assert (summary.resumed_from_step, summary.global_step) == (20, 30)
+  assert summary.input_in_checkpoint
+  assert summary.input_threads == 3
+  assert _private_pools(
+      downstream_registry.RecordingTrainer.instances[-1]) == [3, 3]
+
+
+def test_a_pipeline_that_sizes_its_own_pool_keeps_it():
+  own = tf.data.Options()
+  own.threading.private_threadpool_size = 5
+  sized = tf.data.Dataset.range(4).with_options(own)
+  pool = lambda d: d.options().threading.private_threadpool_size  # pylint: disable=unnecessary-lambda-assignment
+  assert pool(custom_trainer.with_input_threads(sized, 1)) == 5
+  unsized = tf.data.Dataset.range(4)
+  assert pool(custom_trainer.with_input_threads(unsized, 2)) == 2
+  assert pool(custom_trainer.with_input_threads(unsized, 0)) == pool(unsized)
+  assert list(custom_trainer.with_input_threads(unsized, 2).as_numpy_iterator()
+              ) == [0, 1, 2, 3]

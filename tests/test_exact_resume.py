@@ -1,5 +1,6 @@
 """Exact resume: killed anywhere and resumed, bitwise an uninterrupted run."""
 
+import os
 import random
 import re
 import signal
@@ -103,7 +104,8 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
   """`mirrored` on one CPU builds no strategy: the same data and math, bit
   for bit, as TFM's one-replica mirror, and it resumes the mirror's
   checkpoints. Without dropout: under a strategy, Keras's generator-backed
-  dropout draws from a per-replica stream, so its masks differ."""
+  dropout draws from a per-replica stream, so its masks differ. The resumed
+  run's tf.data pool has another size too: the data stay the same."""
   no_dropout = "task.model.dropout_rate=0.0"
   reference = launch(*args(no_dropout), model_dir=tmp_path / "none",
                      script=DOWNSTREAM_TRAIN)
@@ -114,10 +116,15 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
                       args(no_dropout, "runtime.mirror_one_device=true"),
                       r"step 70/", signal.SIGTERM)
   assert strategy(stopped) == ("MirroredStrategy", 1)
-  final = launch(*args(no_dropout), model_dir=model_dir,
-                 script=DOWNSTREAM_TRAIN)
+  # One more thread than the default (half the cores).
+  threads = max(1, len(os.sched_getaffinity(0)) // 2) + 1
+  final = launch(*args(no_dropout,
+                       f"runtime.dataset_num_private_threads={threads}"),
+                 model_dir=model_dir, script=DOWNSTREAM_TRAIN)
   assert final.returncode == 0, final
   assert strategy(final) == ("none", 1)
+  assert reference.summary()["input_threads"] != threads
+  assert final.summary()["input_threads"] == threads
   assert final.summary()["resumed_from_step"] >= 70
   assert differing(tmp_path / "none", model_dir) == []
 

@@ -29,6 +29,8 @@ HARMLESS = (
     # A one-replica mirror or none: the same data and math (only dropout's
     # random stream differs), and either restores the other's checkpoints.
     "runtime.mirror_one_device",
+    # Threads change neither the data's order nor the iterator's checkpoint.
+    "runtime.dataset_num_private_threads",
 )
 
 

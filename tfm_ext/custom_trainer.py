@@ -25,6 +25,7 @@ Override any hook in a subclass and register it with
 """
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -60,17 +61,23 @@ class CustomTrainer(base_trainer.Trainer):
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
     * A NaN or infinite training loss stops the run at the end of its loop
       (`RunFailed`, naming the loop's steps), before that loop is saved.
+    * Its datasets get a private tf.data pool of `input_threads` threads
+      (`runtime.dataset_num_private_threads`, which TFM declares and
+      ignores; unset, half the cores when the replicas are CPUs).
   """
 
   def __init__(self, config, task, model, optimizer, train=True,
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
+    self.input_threads = input_threads(config.runtime, strategy)
     host_iterator = None
     if (train and train_dataset is None
         and getattr(config.trainer, "checkpoint_input_iterator", False)
         and host_input_supported(strategy)):
-      train_dataset = task.build_inputs(config.task.train_data,
-                                        input_context=_input_context(strategy))
+      train_dataset = with_input_threads(
+          task.build_inputs(config.task.train_data,
+                            input_context=_input_context(strategy)),
+          self.input_threads)
       host_iterator = iter(train_dataset)
       why_not = unsaveable_reason(host_iterator)
       if why_not:
@@ -121,6 +128,23 @@ class CustomTrainer(base_trainer.Trainer):
                                        jit_compile=True)
     else:
       raise ValueError(xla_unsupported_message(local_devices(self.strategy)))
+
+  def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
+    """TFM's `distribute_dataset`, the datasets given `input_threads`."""
+    threads = self.input_threads
+    if isinstance(dataset_or_fn, tf.data.Dataset):
+      return super().distribute_dataset(
+          with_input_threads(dataset_or_fn, threads), *args, **kwargs)
+    takes_context = "input_context" in inspect.getfullargspec(
+        dataset_or_fn).args
+    options = {k: kwargs.pop(k) for k in ("input_options",) if k in kwargs}
+
+    def dataset_fn(input_context=None):  # Orbit passes it by this name.
+      fn_kwargs = dict(kwargs, input_context=input_context) if (
+          takes_context) else kwargs
+      return with_input_threads(dataset_or_fn(*args, **fn_kwargs), threads)
+
+    return super().distribute_dataset(dataset_fn, **options)
 
   # -- Training hooks -------------------------------------------------------
 
@@ -372,6 +396,39 @@ def unsaveable_reason(iterator) -> Optional[str]:
     except tf.errors.OpError as e:
       return e.message.splitlines()[0]
   return None
+
+
+def input_threads(runtime, strategy: tf.distribute.Strategy) -> int:
+  """Threads of the tf.data pool private to this run's datasets; 0: tf.data's.
+
+  `runtime.dataset_num_private_threads` when set (TFM declares the field but
+  its trainer ignores it). Unset, a run whose replicas are all on CPUs gives
+  its input half the cores: the model's ops already use every core, and
+  tf.data's own pool of one thread per core makes the two contend
+  (digits_convnet on 2 cores: 1 thread makes its steps 11% faster, 2 threads
+  no faster than tf.data's pool; `benchmarks/RESULTS.md`). With a GPU or TPU
+  the input has the cores to itself: tf.data's pool.
+  """
+  if runtime.dataset_num_private_threads is not None:
+    return runtime.dataset_num_private_threads
+  if all("CPU" in device.upper() for device in local_devices(strategy)):
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+  return 0
+
+
+def with_input_threads(dataset: tf.data.Dataset,
+                       threads: int) -> tf.data.Dataset:
+  """`dataset` with a private pool of `threads` threads (0: as it is).
+
+  A pipeline that sizes its own pool keeps it. The pool changes neither the
+  order of the data (tf.data stays deterministic) nor the iterator's
+  checkpoint: checkpoints restore across thread counts.
+  """
+  if not threads or dataset.options().threading.private_threadpool_size:
+    return dataset
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = threads
+  return dataset.with_options(options)
 
 
 def host_input_supported(strategy: tf.distribute.Strategy) -> bool:

@@ -250,6 +250,11 @@ def run(plan: Plan,
     trainer = train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=mode.evaluates,
         checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
+  input_threads = getattr(trainer, "input_threads", 0)
+  logging.info("tf.data: %s for this run's input "
+               "(runtime.dataset_num_private_threads; 0: tf.data's own pool)",
+               f"a private pool of {input_threads} thread(s)" if input_threads
+               else "tf.data's own thread pool")
 
   step = host_readable(trainer.global_step, strategy)
   train_summaries, eval_summaries = _summary_managers(params, write_dir,
@@ -315,6 +320,7 @@ def run(plan: Plan,
         deterministic=deterministic,
         strategy=describe_strategy(plan.strategy),
         replicas=plan.strategy.num_replicas_in_sync,
+        input_threads=input_threads,
         input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
                                     False),
         train_metrics=progress.last_logs,

@@ -60,6 +60,12 @@ def check_runtime(runtime) -> None:
     raise UsageError(
         f"runtime.distribution_strategy={strategy} runs on one device but "
         f"runtime.num_gpus={runtime.num_gpus}; use mirrored for several GPUs.")
+  threads = runtime.dataset_num_private_threads
+  if threads is not None and (not isinstance(threads, int) or threads < 0):
+    raise UsageError(
+        f"runtime.dataset_num_private_threads={threads!r}: give a number of "
+        "threads (0: tf.data's own pool), or leave it unset (half the cores "
+        "when training on CPUs, else tf.data's pool).")
   if strategy == "tpu" and not runtime.tpu:
     raise UsageError(
         "runtime.distribution_strategy=tpu needs a TPU address: pass --tpu "
