@@ -1,7 +1,5 @@
 """CustomTrainer's hooks on real runs: order, counts, XLA, optimizers, passthrough."""
 
-import os
-
 import pytest
 import tensorflow as tf
 
@@ -196,7 +194,7 @@ def test_input_gets_half_the_cores_on_cpu_and_a_resume_may_change_it(
   sizes the trainer's datasets' tf.data pool with it, half the cores when it
   is unset and the replicas are CPUs. The input iterator in the checkpoint
   restores under another count."""
-  half = max(1, len(os.sched_getaffinity(0)) // 2)
+  half = max(1, custom_trainer.usable_cores() // 2)
   override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
               "trainer.validation_interval=20,trainer.validation_steps=2")
   summary, _ = run_in_process("digits_convnet", "train_and_eval", tmp_path,

@@ -412,8 +412,15 @@ def input_threads(runtime, strategy: tf.distribute.Strategy) -> int:
   if runtime.dataset_num_private_threads is not None:
     return runtime.dataset_num_private_threads
   if all("CPU" in device.upper() for device in local_devices(strategy)):
-    return max(1, len(os.sched_getaffinity(0)) // 2)
+    return max(1, usable_cores() // 2)
   return 0
+
+
+def usable_cores() -> int:
+  """The cores this process may run on (its affinity, where the OS has one)."""
+  if hasattr(os, "sched_getaffinity"):  # Not on macOS.
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
 
 
 def with_input_threads(dataset: tf.data.Dataset,
