@@ -137,14 +137,14 @@ class CustomTrainer(base_trainer.Trainer):
           with_input_threads(dataset_or_fn, threads), *args, **kwargs)
     takes_context = "input_context" in inspect.getfullargspec(
         dataset_or_fn).args
-    options = {k: kwargs.pop(k) for k in ("input_options",) if k in kwargs}
+    input_options = kwargs.pop("input_options", None)  # Orbit's, not the fn's.
 
     def dataset_fn(input_context=None):  # Orbit passes it by this name.
       fn_kwargs = dict(kwargs, input_context=input_context) if (
           takes_context) else kwargs
       return with_input_threads(dataset_or_fn(*args, **fn_kwargs), threads)
 
-    return super().distribute_dataset(dataset_fn, **options)
+    return super().distribute_dataset(dataset_fn, input_options=input_options)
 
   # -- Training hooks -------------------------------------------------------
 

@@ -38,7 +38,8 @@ class RunSummary:
   # The strategy the run built (`none`: TF's default) and its replicas.
   strategy: str = ""
   replicas: int = 1
-  # Threads of the tf.data pool private to the run's input; 0: tf.data's.
+  # Threads of the tf.data pool given to the run's datasets (those that do
+  # not size their own); 0: tf.data's own pool.
   input_threads: int = 0
   # False on the non-chief workers of a multi-worker job, which write no
   # summary into model_dir.
