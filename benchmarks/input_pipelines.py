@@ -7,9 +7,8 @@ On the same JPEG TFRecords (`_imagenet_records`) and batch size:
     ours       `experiments/imagenet/input_pipeline.build_dataset`
     reference  `official/legacy/image_classification/resnet/
                imagenet_preprocessing.input_fn`
-    ours_autotune_off / ours_autotune_on    ours with tf.data's autotuning
-               forced off (AUTOTUNE then means as many threads as cores) or
-               on; by default it is on for training, off for evaluation
+    ours_autotune_on     ours with tf.data's autotuning on (by default it
+               is off, and AUTOTUNE is one parallel call per core)
     ours_one_thread      ours with `private_threadpool_size=1`: no
                parallel decoding, what the parallel map and prefetch buy
 
@@ -67,7 +66,6 @@ def pipelines(files, batch_size: int) -> Dict[str, Dict[str, Callable]]:
         filenames=files["train" if is_training else "validation"])
 
   return {split: {"ours": ours(training), "reference": reference(training),
-                  "ours_autotune_off": ours(training, autotune=False),
                   "ours_autotune_on": ours(training, autotune=True),
                   "ours_one_thread": ours(training, threads=1)}
           for split, training in (("train", True), ("eval", False))}

@@ -3,6 +3,7 @@
 import os
 import textwrap
 
+import pytest
 
 from conftest import SMOKE, TWO_CPUS_TRAIN
 
@@ -131,9 +132,10 @@ def test_one_device_strategy_with_several_gpus(launch, tmp_path):
   assert_clean_usage_error(run, "runtime.num_gpus=2", "use mirrored")
 
 
-def test_negative_input_threads(launch, tmp_path):
+@pytest.mark.parametrize("threads, shown", [("-1", "-1"), ("true", "True")])
+def test_input_threads_that_are_not_a_count(launch, tmp_path, threads, shown):
   run = launch(EXP, "--mode=train",
-               "--params_override=runtime.dataset_num_private_threads=-1",
+               f"--params_override=runtime.dataset_num_private_threads={threads}",
                model_dir=tmp_path / "m")
-  assert_clean_usage_error(run, "runtime.dataset_num_private_threads=-1",
+  assert_clean_usage_error(run, f"runtime.dataset_num_private_threads={shown}",
                            "0: tf.data's own pool")

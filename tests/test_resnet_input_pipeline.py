@@ -1,6 +1,8 @@
 """ImageNet input: reference parity, training augmentation, sharding, synthetic."""
 
 import os
+import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -8,6 +10,7 @@ import tensorflow as tf
 from official.legacy.image_classification.resnet import imagenet_preprocessing
 
 from experiments.imagenet import input_pipeline
+from tfm_ext import custom_trainer
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 import imagenet_fixtures
 
@@ -96,12 +99,36 @@ def test_synthetic_data_reads_no_file_and_repeats_one_truncated_normal_image():
   assert [len(labels) for _, labels in evaluation] == [2, 2, 1]
 
 
-def test_autotuning_is_on_for_training_and_off_for_evaluation(imagenet_dir):
-  def autotuned(split, **kwargs):
-    dataset = input_pipeline.build_dataset(
-        data_config(imagenet_dir, split, **kwargs))
-    return dataset.options().autotune.enabled is not False
+def test_autotuning_is_off_unless_asked(imagenet_dir):
+  def autotune(split, **kwargs):
+    return input_pipeline.build_dataset(
+        data_config(imagenet_dir, split, **kwargs)).options().autotune
 
-  assert autotuned("train") and not autotuned("validation")
-  assert autotuned("validation", autotune=True)
-  assert not autotuned("train", autotune=False)
+  assert autotune("train").enabled is False
+  assert autotune("validation").enabled is False
+  assert autotune("train", autotune=True).enabled is not False
+  assert autotune("train").initial_parallelism == custom_trainer.usable_cores()
+  assert autotune("train", private_threadpool_size=3).initial_parallelism == 3
+
+
+def test_without_autotuning_every_thread_of_the_pool_maps_at_once():
+  # Off, tf.data alone would run at most 16 calls at once, whatever the pool.
+  lock = threading.Lock()
+  running, most = [0], [0]
+
+  def call(x):
+    with lock:
+      running[0] += 1
+      most[0] = max(most[0], running[0])
+    time.sleep(0.1)  # Releases the GIL: the calls overlap.
+    with lock:
+      running[0] -= 1
+    return x
+
+  options = input_pipeline.dataset_options(
+      input_pipeline.ImageNetDataConfig(private_threadpool_size=24))
+  dataset = tf.data.Dataset.range(96).map(
+      lambda x: tf.py_function(call, [x], tf.int64),
+      num_parallel_calls=tf.data.AUTOTUNE).with_options(options)
+  assert sorted(int(x) for x in dataset) == list(range(96))
+  assert 16 < most[0] <= 24

@@ -61,7 +61,8 @@ def check_runtime(runtime) -> None:
         f"runtime.distribution_strategy={strategy} runs on one device but "
         f"runtime.num_gpus={runtime.num_gpus}; use mirrored for several GPUs.")
   threads = runtime.dataset_num_private_threads
-  if threads is not None and (not isinstance(threads, int) or threads < 0):
+  if threads is not None and (isinstance(threads, bool)
+                              or not isinstance(threads, int) or threads < 0):
     raise UsageError(
         f"runtime.dataset_num_private_threads={threads!r}: give a number of "
         "threads (0: tf.data's own pool), or leave it unset (half the cores "
