@@ -134,8 +134,8 @@ def test_one_device_strategy_with_several_gpus(launch, tmp_path):
 
 @pytest.mark.parametrize("threads, shown", [("-1", "-1"), ("true", "True")])
 def test_input_threads_that_are_not_a_count(launch, tmp_path, threads, shown):
-  run = launch(EXP, "--mode=train",
-               f"--params_override=runtime.dataset_num_private_threads={threads}",
+  field = "runtime.dataset_num_private_threads"
+  run = launch(EXP, "--mode=train", f"--params_override={field}={threads}",
                model_dir=tmp_path / "m")
-  assert_clean_usage_error(run, f"runtime.dataset_num_private_threads={shown}",
+  assert_clean_usage_error(run, f"{field}={shown}",
                            "0: tf.data's own pool")

@@ -405,7 +405,7 @@ def input_threads(runtime, strategy: tf.distribute.Strategy) -> int:
   its trainer ignores it). Unset, a run whose replicas are all on CPUs gives
   its input half the cores: the model's ops already use every core, and
   tf.data's own pool of one thread per core makes the two contend
-  (digits_convnet on 2 cores: 1.15x the examples/s of tf.data's pool,
+  (digits_convnet on 2 cores: 1.14x-1.15x the examples/s of tf.data's pool,
   `benchmarks/RESULTS.md`; 2 threads were no faster than tf.data's pool).
   With a GPU or TPU the input has the cores to itself: tf.data's pool.
   """

@@ -66,10 +66,11 @@ class ImageNetDataConfig(cfg.DataConfig):
       True. Off, every AUTOTUNE parallelism is one call per thread of the
       pool the pipeline runs on (`private_threadpool_size` threads, else one
       per core) from the first image. On 2 cores that gives training 1.01x
-      to 1.03x the images/s of autotuning, whose bookkeeping costs CPU time
-      of its own, and evaluation 1.05x to 1.2x: a fresh iterator for one
-      finite pass ends before autotuning settles (benchmarks/RESULTS.md). tf.data's own default when off is at
-      most 16 calls, which would starve a host with more cores.
+      to 1.04x the images/s of autotuning, whose bookkeeping costs CPU time
+      of its own, and evaluation 1.05x to 1.11x: a fresh iterator for one
+      finite pass ends before autotuning settles (benchmarks/RESULTS.md).
+      tf.data's own default when off is at most 16 calls at once, which
+      would starve a host with more cores.
   """
   input_path: str = ""
   num_examples: int = NUM_TRAIN_IMAGES
