@@ -111,6 +111,39 @@ def test_autotuning_is_off_unless_asked(imagenet_dir):
   assert autotune("train", private_threadpool_size=3).initial_parallelism == 3
 
 
+def test_without_autotuning_the_prefetch_buffer_stays_bounded_over_pauses():
+  # Pauses long enough to fill the buffer, each followed by draining it:
+  # evaluations in a job whose input is slower than its model.
+  def batches_ahead_after_pauses(prefetch):
+    made = [0]
+
+    def make(x):
+      made[0] += 1
+      time.sleep(0.002)  # Slower than the consumer, which drains the buffer.
+      return x
+
+    config = input_pipeline.ImageNetDataConfig()
+    dataset = prefetch(tf.data.Dataset.range(10**6).map(
+        lambda x: tf.py_function(make, [x], tf.int64)), config)
+    iterator = iter(dataset.with_options(
+        input_pipeline.dataset_options(config)))
+    taken, ahead = 0, []
+    for _ in range(6):
+      for _ in range(40):
+        next(iterator)
+        taken += 1
+      time.sleep(0.3)
+      ahead.append(made[0] - taken)
+    return ahead
+
+  ours = batches_ahead_after_pauses(input_pipeline.prefetch)
+  assert max(ours) <= input_pipeline.PREFETCH_BATCHES + 1, ours
+  # tf.data's AUTOTUNE prefetch without autotuning doubles at every pause.
+  autotune = batches_ahead_after_pauses(
+      lambda dataset, _: dataset.prefetch(tf.data.AUTOTUNE))
+  assert max(autotune) >= 16, autotune
+
+
 def test_without_autotuning_every_thread_of_the_pool_maps_at_once():
   # Off, tf.data alone would run at most 16 calls at once, whatever the pool.
   lock = threading.Lock()

@@ -22,7 +22,8 @@ What differs: files come from a pattern (any number of shards, not exactly
 1024 and 128), labels are int32 `[batch]` rather than float32 `[batch, 1]`,
 shuffling takes `seed`, the private thread pool uses `tf.data`'s current
 `threading` option, and tf.data's autotuning is off: one parallel call per
-thread of the pool from the start (`ImageNetDataConfig.autotune`).
+thread of the pool from the start and `PREFETCH_BATCHES` batches
+prefetched (`ImageNetDataConfig.autotune`).
 """
 
 import dataclasses
@@ -43,6 +44,11 @@ NUM_CHANNELS = imagenet_preprocessing.NUM_CHANNELS
 # The reference's synthetic images: truncated normal, so within 2 stddev.
 SYNTHETIC_MEAN = 127.0
 SYNTHETIC_STDDEV = 60.0
+# Batches prefetched when autotuning is off. Not AUTOTUNE: without
+# autotuning's RAM budget, tf.data's older prefetch tuning doubles the buffer
+# each time the model pauses long enough to let it fill (an evaluation, a
+# checkpoint) and then drains it, without bound.
+PREFETCH_BATCHES = 2
 
 
 @dataclasses.dataclass
@@ -70,7 +76,8 @@ class ImageNetDataConfig(cfg.DataConfig):
       of its own, and evaluation 1.05x to 1.11x: a fresh iterator for one
       finite pass ends before autotuning settles (benchmarks/RESULTS.md).
       tf.data's own default when off is at most 16 calls at once, which
-      would starve a host with more cores.
+      would starve a host with more cores. Prefetching is fixed then
+      (`PREFETCH_BATCHES`).
   """
   input_path: str = ""
   num_examples: int = NUM_TRAIN_IMAGES
@@ -118,6 +125,13 @@ def dataset_options(config: ImageNetDataConfig) -> tf.data.Options:
   return options
 
 
+def prefetch(dataset: tf.data.Dataset,
+             config: ImageNetDataConfig) -> tf.data.Dataset:
+  """Prefetches AUTOTUNE batches with autotuning, else `PREFETCH_BATCHES`."""
+  return dataset.prefetch(tf.data.AUTOTUNE if config.autotune
+                          else PREFETCH_BATCHES)
+
+
 def _tfrecords(config: ImageNetDataConfig, batch_size: int,
                input_context) -> tf.data.Dataset:
   files = sorted({f for pattern in file_patterns(config.input_path)
@@ -144,7 +158,7 @@ def _tfrecords(config: ImageNetDataConfig, batch_size: int,
       lambda record: parse_record(record, config.is_training, dtype),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
   dataset = dataset.batch(batch_size, drop_remainder=config.drop_remainder)
-  return dataset.prefetch(tf.data.AUTOTUNE)
+  return prefetch(dataset, config)
 
 
 def parse_record(record: tf.Tensor, is_training: bool,
@@ -169,8 +183,8 @@ def _synthetic(config: ImageNetDataConfig, batch_size: int,
   dataset = tf.data.Dataset.from_tensors(
       (tf.cast(image, config.dtype), label))
   if config.is_training:
-    return dataset.repeat().batch(batch_size, drop_remainder=True).prefetch(
-        tf.data.AUTOTUNE)
+    return prefetch(
+        dataset.repeat().batch(batch_size, drop_remainder=True), config)
   # Evaluation runs until its data ends: one split's worth, across pipelines.
   pipelines = input_context.num_input_pipelines if input_context else 1
   dataset = dataset.repeat(math.ceil(config.num_examples / pipelines))
