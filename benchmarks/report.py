@@ -154,13 +154,13 @@ def targets_section(results: Results) -> str:
     value = results["input_pipelines"][split]["ours_over_reference"]
     rows.append((f"ResNet {split} input pipeline: ours / reference >= 1.0",
                  f"{value:.3f}", _met(value >= 1.0)))
-  pool_note = "" if not any(
-      "ours_tf_data_pool" in figures["variants"]
-      for figures in loops.values()) else (
-          "Trained on CPUs, ours gives its input a private tf.data pool "
-          "(see the defaults below), which the other variants do not have: "
-          "`ours with tf.data's own pool` is ours without it, so its ratio "
-          "to the hand-written loop is the loop's overhead alone.\n")
+  pool_note = (
+      "Trained on CPUs, ours gives its input a private tf.data pool (see the "
+      "defaults below), which the other variants do not have: `ours with "
+      "tf.data's own pool` is ours without it, so its ratio to the "
+      "hand-written loop is the loop's overhead alone.\n"
+  ) if any("ours_tf_data_pool" in figures["variants"]
+           for figures in loops.values()) else ""
   return ("## Targets (issue 5, point 3)\n\n"
           + table(("target", "measured (medians)", ""), rows)
           + "\nA ratio is of the medians; `each repeat` gives the ratios of "

@@ -87,7 +87,7 @@ class ImageNetDataConfig(cfg.DataConfig):
   shuffle_buffer_size: int = 10000
   cycle_length: int = 10
   dtype: str = "float32"
-  autotune: Optional[bool] = None  # None: off.
+  autotune: Optional[bool] = None  # None, as saved configs have it: off.
 
 
 def file_patterns(input_path) -> List[str]:
