@@ -54,6 +54,9 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   assert train.summary()["global_step"] == 40
   assert train.summary()["eval_metrics"] == {}
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-40")
+  # Every checkpoint_interval=20 steps, none after the first loop (step 1).
+  assert sorted(p.name for p in model_dir.glob("ckpt-*.index")) == [
+      "ckpt-20.index", "ckpt-40.index"]
   params_hash = _read(model_dir / "params.yaml")
 
   evaluate = launch("--experiment=digits_convnet", "--mode=eval",

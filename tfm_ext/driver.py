@@ -124,7 +124,32 @@ def _controller(**kwargs) -> orbit.Controller:
   kwargs["steps_per_loop"] = FirstStepThenEvery(kwargs["steps_per_loop"])
   kwargs["global_step"] = host_readable(kwargs["global_step"],
                                         kwargs["strategy"])
-  return orbit.Controller(**kwargs)
+  controller = orbit.Controller(**kwargs)  # Restores or initializes.
+  if controller.checkpoint_manager is not None:
+    count_interval_from_start(controller.checkpoint_manager,
+                              int(controller.global_step.numpy()))
+  return controller
+
+
+def count_interval_from_start(manager: tf.train.CheckpointManager,
+                              step: int) -> None:
+  """The first save comes `checkpoint_interval` steps after `step`.
+
+  A `CheckpointManager` that restored a checkpoint counts the interval from
+  it; one that found none saves at its first check, after the first loop:
+  TFM's runs write `ckpt-1`. That checkpoint of an untrained model costs a
+  full save (195 MiB for ResNet50; benchmarks/checkpoint_cost.py), holds one
+  of `max_to_keep`'s places and is a full evaluation for a continuous
+  evaluator beside training, all for one step of progress. TF takes no
+  `last_checkpoint_step=0` (it reads `last_checkpoint_step or None`), so it
+  is set here. Every worker of a multi-worker run, chief or not, so counts
+  from the step it starts at (a non-chief's manager, in a temp dir, restores
+  nothing of its own) and all save at the same steps.
+  """
+  # pylint: disable=protected-access
+  if (manager._checkpoint_interval is not None
+      and manager._last_checkpoint_step is None):
+    manager._last_checkpoint_step = step
 
 
 def host_readable(global_step: tf.Variable,
