@@ -126,6 +126,13 @@ def median(values: Sequence[Optional[float]]) -> Optional[float]:
   return statistics.median(present) if present else None
 
 
+def rotated(items: Sequence[Any], shift: int) -> List[Any]:
+  """`items` rotated left by `shift` places: run in this order at the
+  `shift`-th repeat, no item always runs first or after the same other."""
+  shift %= max(len(items), 1)
+  return list(items[shift:]) + list(items[:shift])
+
+
 def medians(runs: List[Dict[str, Any]], keys: Sequence[str]
             ) -> Dict[str, Optional[float]]:
   """`{key: median over runs}` for each of `keys`."""

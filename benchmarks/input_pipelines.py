@@ -14,9 +14,11 @@ On the same JPEG TFRecords (`_imagenet_records`) and batch size:
 
 Training (random crop and flip, endless): each pass opens a fresh iterator,
 skips `warmup` batches (the shuffle buffer fills) and times the next
-`batches`. Evaluation (central crop, one epoch): each pass times a fresh
-iterator from its creation to its end, as an evaluation pays it. Passes of
-the pipelines are interleaved; the figures are medians. Nothing trains, so
+`batches`. Evaluation (central crop, one epoch): each pass times
+`eval_epochs` evaluations, each a fresh iterator from its creation to its
+end, as an evaluation pays it. Passes of the pipelines are interleaved, each
+pass in an order rotated by one (A B C D, B C D A, ...); the figures are
+medians. Nothing trains, so
 the pipeline has both cores to itself; in training it shares them with the
 model.
 """
@@ -38,12 +40,14 @@ from benchmarks import _imagenet_records
 from experiments.imagenet import input_pipeline
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-# Passes of about 0.6 s (768 evaluation images, 40 training batches):
-# shorter ones left the medians to the machine's one-off stalls.
+# Training passes of about 0.6 s (40 batches) and evaluation passes of about
+# 1.8 s (3 epochs of 768 images): with one epoch (0.6 s) a pass ran at one of
+# two speeds 15% apart, and the ratio of medians moved from 1.085 to 0.950
+# between two runs of the same code.
 SIZES = {"copies": 128, "batch_size": 32, "warmup": 4, "batches": 40,
-         "passes": 9}
+         "eval_epochs": 3, "passes": 11}
 QUICK_SIZES = {"copies": 8, "batch_size": 16, "warmup": 3, "batches": 4,
-               "passes": 2}
+               "eval_epochs": 1, "passes": 2}
 
 
 def pipelines(files, batch_size: int) -> Dict[str, Dict[str, Callable]]:
@@ -82,11 +86,13 @@ def train_pass(build, batch_size: int, warmup: int, batches: int) -> float:
   return batches * batch_size / (time.perf_counter() - start)
 
 
-def eval_pass(build) -> float:
-  """Images/s of one whole epoch, iterator creation included."""
+def eval_pass(build, epochs: int) -> float:
+  """Images/s of `epochs` whole epochs, each on a fresh iterator (creation
+  included), as that many evaluations."""
   dataset = build()
   start = time.perf_counter()
-  images = sum(int(images.shape[0]) for images, _ in dataset)
+  images = sum(int(images.shape[0]) for _ in range(epochs)
+               for images, _ in dataset)
   return images / (time.perf_counter() - start)
 
 
@@ -97,12 +103,14 @@ def measure(sizes: Dict[str, int]) -> Dict[str, Any]:
     by_split = pipelines(files, sizes["batch_size"])
     runs = {split: {name: [] for name in named}
             for split, named in by_split.items()}
-    for _ in range(sizes["passes"]):
-      for name, build in by_split["train"].items():
+    for index in range(sizes["passes"]):
+      for name in _common.rotated(list(by_split["train"]), index):
         runs["train"][name].append(train_pass(
-            build, sizes["batch_size"], sizes["warmup"], sizes["batches"]))
-      for name, build in by_split["eval"].items():
-        runs["eval"][name].append(eval_pass(build))
+            by_split["train"][name], sizes["batch_size"], sizes["warmup"],
+            sizes["batches"]))
+      for name in _common.rotated(list(by_split["eval"]), index):
+        runs["eval"][name].append(eval_pass(by_split["eval"][name],
+                                            sizes["eval_epochs"]))
   out = {"sizes": sizes, "records": {
       "train": sizes["copies"] * _imagenet_records.NUM_TRAIN_IMAGES,
       "eval": sizes["copies"] * _imagenet_records.NUM_VALIDATION_IMAGES}}

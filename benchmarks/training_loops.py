@@ -289,9 +289,8 @@ def _rotated(plan: List[Tuple[str, str]], repeat: int
   """
   order = []
   for workload in dict.fromkeys(w for w, _ in plan):
-    runs = [(w, v) for w, v in plan if w == workload]
-    shift = repeat % len(runs)
-    order += runs[shift:] + runs[:shift]
+    order += _common.rotated([(w, v) for w, v in plan if w == workload],
+                             repeat)
   return order
 
 
