@@ -31,10 +31,11 @@ Time to first step runs from starting the process to its first progress
 line; examples per second are over the same steps for every variant, from
 `warmup_steps` to the last step: a step at which every variant ends a
 loop, after its second. The first loop traces; the time up to the end of
-the second still holds one-off costs: Orbit writes its first summaries, and stock
-TFM's `CheckpointManager` saves a checkpoint at its first check, after the
-first loop, whatever `checkpoint_interval` says (`ckpt-<steps_per_loop>`; ours counts the
-interval from the start, `driver.count_interval_from_start`). Peak
+the second still holds one-off costs: Orbit writes its first summaries,
+and stock TFM's `CheckpointManager` saves a checkpoint at its first check,
+after the first loop, whatever `checkpoint_interval` says
+(`ckpt-<steps_per_loop>`; ours counts the interval from the start,
+`driver.count_interval_from_start`). Peak
 memory is the process's peak resident set at its last progress line (TFM's
 `run_experiment` counts the model's FLOPs after training, which raises its
 whole-process peak, `process_peak_rss_mib`). Our first loop is one

@@ -136,8 +136,9 @@ def count_interval_from_start(manager: tf.train.CheckpointManager,
   """The first save comes `checkpoint_interval` steps after `step`.
 
   A `CheckpointManager` that restored a checkpoint counts the interval from
-  it; one that found none saves at its first check, after the first loop:
-  TFM's runs write `ckpt-1`. That checkpoint of an untrained model costs a
+  it; one that found none saves at its first check, after the first loop
+  (stock TFM writes `ckpt-<steps_per_loop>`, and our first loop is one
+  step). That checkpoint of an untrained model costs a
   full save (195 MiB for ResNet50; benchmarks/checkpoint_cost.py), holds one
   of `max_to_keep`'s places and is a full evaluation for a continuous
   evaluator beside training, all for one step of progress. TF takes no

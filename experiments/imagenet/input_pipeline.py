@@ -71,10 +71,10 @@ class ImageNetDataConfig(cfg.DataConfig):
     autotune: tf.data's autotuning of parallelism and buffers; off unless
       True. Off, every AUTOTUNE parallelism is one call per thread of the
       pool the pipeline runs on (`private_threadpool_size` threads, else one
-      per core) from the first image. On 2 cores that gives training 1.01x
-      to 1.04x the images/s of autotuning, whose bookkeeping costs CPU time
-      of its own, and evaluation 1.05x to 1.11x: a fresh iterator for one
-      finite pass ends before autotuning settles (benchmarks/RESULTS.md).
+      per core) from the first image. On 2 cores evaluation runs at 1.05x
+      to 1.13x the images/s of autotuning: a fresh iterator for one finite
+      pass ends before autotuning settles. Training ties: 0.985x to 1.045x
+      over runs (benchmarks/RESULTS.md); off, its prefetch stays bounded.
       tf.data's own default when off is at most 16 calls at once, which
       would starve a host with more cores. Prefetching is fixed then
       (`PREFETCH_BATCHES`).
