@@ -8,13 +8,16 @@ import socket
 import pytest
 import tensorflow as tf
 
+from conftest import DOWNSTREAM_TRAIN
+
 STEPS = 100
 OVERRIDE = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
             "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
             "trainer.validation_interval=50,task.model.dropout_rate=0.0,"
             "runtime.deterministic=true")
 MULTI = OVERRIDE + ",runtime.distribution_strategy=multi_worker_mirrored"
-ARGS = ("--experiment=digits_convnet", "--mode=train_and_eval")
+# digits_convnet whose training metrics count the rows each replica sees.
+ARGS = ("--experiment=digits_rows", "--mode=train_and_eval")
 
 
 def free_ports(n):
@@ -38,14 +41,15 @@ def worker_env(ports, index):
 
 def start_workers(start, model_dir, ports, override=MULTI):
   return [start(*ARGS, f"--params_override={override}", model_dir=model_dir,
-                env=worker_env(ports, i)) for i in range(len(ports))]
+                env=worker_env(ports, i), script=DOWNSTREAM_TRAIN)
+          for i in range(len(ports))]
 
 
 @pytest.mark.slow
 def test_two_workers_train_like_one_worker_and_only_chief_writes(
     start, launch, tmp_path):
   single = launch(*ARGS, f"--params_override={OVERRIDE}",
-                  model_dir=tmp_path / "single")
+                  model_dir=tmp_path / "single", script=DOWNSTREAM_TRAIN)
   assert single.returncode == 0, single
 
   model_dir = tmp_path / "multi"
@@ -57,6 +61,11 @@ def test_two_workers_train_like_one_worker_and_only_chief_writes(
   assert latest.endswith(f"ckpt-{STEPS}")
   summary = results[0].summary()
   assert summary["global_step"] == STEPS
+  # Each worker's one replica trained on its half of the global batch of 64,
+  # and the last loop (10 steps) saw 10 global batches across both workers.
+  assert summary["train_metrics"]["rows_per_replica"] == 32
+  assert summary["train_metrics"]["examples_seen"] == 10 * 64
+  assert single.summary()["train_metrics"]["rows_per_replica"] == 64
   # Same global batch (64 = 2 workers x 32), schedule and seed; the data
   # order differs (each worker reads its own shard), so the results agree
   # within a tolerance, not bitwise: validation loss within 0.05, accuracy

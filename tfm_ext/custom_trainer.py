@@ -35,6 +35,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from absl import logging
 import tensorflow as tf
 
+from tensorflow.python.distribute import multi_worker_util  # pylint: disable=g-direct-tensorflow-import
+
 from official.core import base_trainer
 from official.core import train_utils
 from official.modeling import optimization
@@ -76,7 +78,7 @@ class CustomTrainer(base_trainer.Trainer):
         and host_input_supported(strategy)):
       train_dataset = with_input_threads(
           task.build_inputs(config.task.train_data,
-                            input_context=_input_context(strategy)),
+                            input_context=host_input_context(strategy)),
           self.input_threads)
       host_iterator = iter(train_dataset)
       why_not = unsaveable_reason(host_iterator)
@@ -179,22 +181,7 @@ class CustomTrainer(base_trainer.Trainer):
     return self._host_input
 
   def _split_across_replicas(self, inputs):
-    """Gives each local replica its slice of this worker's batch."""
-    replicas = len(local_devices(self.strategy))
-    if replicas == 1:
-      return inputs
-
-    def replica_slice(ctx):
-      index = ctx.replica_id_in_sync_group % replicas
-
-      def take(t):
-        size = tf.shape(t)[0] // replicas
-        return t[index * size:(index + 1) * size]
-
-      return tf.nest.map_structure(take, inputs)
-
-    return self.strategy.experimental_distribute_values_from_function(
-        replica_slice)
+    return split_across_replicas(inputs, self.strategy)
 
   def _run_replicas_eagerly_or_traced(self, inputs):
     def step_fn(inputs):
@@ -465,13 +452,61 @@ def _fingerprint(value) -> str:
                         .encode()).hexdigest()[:12]
 
 
-def _input_context(strategy: tf.distribute.Strategy):
+def host_input_context(strategy: tf.distribute.Strategy
+                       ) -> tf.distribute.InputContext:
+  """The `InputContext` of this worker's host pipeline: one batch per worker.
+
+  The host pipeline (the iterator in the checkpoint) yields one batch for all
+  of this worker's replicas, which `split_across_replicas` then slices. So
+  its context counts input pipelines (workers) as its replicas:
+  `get_per_replica_batch_size(global)` is `global / num_workers`, and TFM's
+  `InputReader` shards the files by worker. With the strategy's own replica
+  count each replica would train on `global / num_replicas / local_replicas`
+  rows.
+  """
+  workers, worker_index = worker_layout(strategy)
+  return tf.distribute.InputContext(num_input_pipelines=workers,
+                                    input_pipeline_id=worker_index,
+                                    num_replicas_in_sync=workers)
+
+
+def worker_layout(strategy: tf.distribute.Strategy) -> Tuple[int, int]:
+  """`(number of workers, this worker's index among them)`.
+
+  The index is TensorFlow's id in the cluster (a `chief` task is 0 and the
+  workers follow), as `MultiWorkerMirroredStrategy` numbers input pipelines.
+  """
   local = len(local_devices(strategy))
+  workers = max(strategy.num_replicas_in_sync // local, 1)
   resolver = getattr(strategy, "cluster_resolver", None)
-  return tf.distribute.InputContext(
-      num_input_pipelines=max(strategy.num_replicas_in_sync // local, 1),
-      input_pipeline_id=(resolver.task_id or 0) if resolver else 0,
-      num_replicas_in_sync=strategy.num_replicas_in_sync)
+  if workers == 1 or resolver is None or not resolver.cluster_spec().jobs:
+    return workers, 0
+  return workers, multi_worker_util.id_in_cluster(
+      resolver.cluster_spec(), resolver.task_type, resolver.task_id)
+
+
+def split_across_replicas(inputs, strategy: tf.distribute.Strategy):
+  """Gives each of this worker's replicas its slice of the worker's batch.
+
+  `inputs` is one host batch of `global / num_workers` rows
+  (`host_input_context`); replica i of this worker gets rows
+  `[i * n, (i + 1) * n)` with `n = rows // local_replicas`. With one local
+  replica the batch is returned as it is.
+  """
+  replicas = len(local_devices(strategy))
+  if replicas == 1:
+    return inputs
+
+  def replica_slice(ctx):
+    index = ctx.replica_id_in_sync_group % replicas
+
+    def take(t):
+      size = tf.shape(t)[0] // replicas
+      return t[index * size:(index + 1) * size]
+
+    return tf.nest.map_structure(take, inputs)
+
+  return strategy.experimental_distribute_values_from_function(replica_slice)
 
 
 def xla_scope(devices: Sequence[str]) -> Optional[str]:
