@@ -46,8 +46,9 @@ class Result:
     self.stderr = proc.stderr
     self.model_dir = model_dir
 
-  def summary(self):
-    with open(os.path.join(self.model_dir, "run_summary.json")) as f:
+  def summary(self, name="run_summary.json"):
+    """A record the run wrote: training's, or `eval_summary.json`."""
+    with open(os.path.join(self.model_dir, name)) as f:
       return json.load(f)
 
   def __repr__(self):

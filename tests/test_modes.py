@@ -62,8 +62,10 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   evaluate = launch("--experiment=digits_convnet", "--mode=eval",
                     f"--params_override={SMOKE}", model_dir=model_dir)
   assert evaluate.returncode == 0, evaluate
-  summary = evaluate.summary()
+  # An evaluator keeps its own record; training's stays as it was.
+  summary = evaluate.summary("eval_summary.json")
   assert summary["mode"] == "eval" and summary["global_step"] == 40
+  assert train.summary()["mode"] == "train"
   assert 0.0 < summary["eval_metrics"]["accuracy"] <= 1.0
   assert _read(model_dir / "params.yaml") == params_hash  # eval never writes it
   assert (model_dir / "operative_config.eval.gin").exists()
@@ -74,7 +76,7 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   assert continuous.returncode == 0, continuous
   # The final checkpoint exists, so it must not wait for the 60 s timeout.
   assert time.monotonic() - start < 45
-  summary = continuous.summary()
+  summary = continuous.summary("eval_summary.json")
   assert summary["mode"] == "continuous_eval"
   assert summary["eval_metrics"]["accuracy"] > 0
   assert _read(model_dir / "params.yaml") == params_hash

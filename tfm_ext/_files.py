@@ -1,20 +1,121 @@
-"""Crash-safe file writes shared by the records tfm_ext keeps in model_dir."""
+"""How tfm_ext writes and reads its records in model_dir, local or a bucket.
+
+Every record goes through `tf.io.gfile`, so `model_dir` may be a local path
+or an object store (`gs://`, `s3://`; TensorFlow's in-memory `ram://` in
+the tests). An object store has no append and no atomic rename (a rename is
+a copy and a delete), and a listing may lag behind a write, so:
+
+* a whole-file record (`write_json`) is never seen half-written: on a
+  local path it is a temp file and a rename (atomic on POSIX); in an
+  object store one write of the object, which the store makes visible
+  whole when the write is closed;
+* a log of events is a directory of records, one object each
+  (`write_record`), never a file appended to. `read_records` skips, with a
+  warning, a record it cannot parse; a caller must not expect the listing
+  to hold what it wrote a moment ago.
+"""
 
 import json
 import os
-from typing import Any
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
+
+_FILE_SCHEME = "file://"
+_RECORD_SUFFIX = ".json"
 
 
-def write_text_atomically(path: str, text: str) -> None:
-  """Writes `text` to `path`: temp file, fsync, rename; never half-written."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+def local_path(path: str) -> Optional[str]:
+  """`path` on the local file system, or None for another scheme (`gs://`)."""
+  if path.startswith(_FILE_SCHEME):
+    return path[len(_FILE_SCHEME):]
+  return None if "://" in path else path
 
 
-def write_json_atomically(path: str, value: Any) -> None:
-  """Writes `value` as indented JSON to `path`, atomically."""
-  write_text_atomically(path, json.dumps(value, indent=2) + "\n")
+def write_text(path: str, text: str) -> None:
+  """Writes `text` to `path` whole: a reader never sees it half-written.
+
+  TensorFlow's rule for the file system decides, as for its own checkpoint
+  state file: a temp file and a rename where the rename is atomic (a local
+  disk, HDFS, `ram://`, where a write over a longer file would also leave
+  that file's tail), else one write of the object (`gs://`, `s3://`).
+  gfile has no fsync: a record survives a killed process, as TensorFlow's
+  own files do, not necessarily a power cut.
+  """
+  file_io.atomic_write_string_to_file(path, text)
+
+
+def write_json(path: str, value: Any) -> None:
+  """Writes `value` as indented JSON to `path`, whole (`write_text`)."""
+  write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def read_text(path: str) -> str:
+  with tf.io.gfile.GFile(path) as f:
+    return f.read()
+
+
+def read_json(path: str) -> Any:
+  return json.loads(read_text(path))
+
+
+def write_record(directory: str, name: str, value: Dict[str, Any]) -> None:
+  """Adds `directory/<name>.json` to a set of records; see `read_records`."""
+  tf.io.gfile.makedirs(directory)
+  write_json(os.path.join(directory, name + _RECORD_SUFFIX), value)
+
+
+def read_records(directory: str, required: Sequence[str],
+                 legacy_file: Optional[str] = None) -> List[Dict[str, Any]]:
+  """The records in `directory` that parse and hold `required`, by name.
+
+  A record that does not (cut short, or not ours) is skipped with a
+  warning; one listed but gone by the time it is read is skipped too. The
+  lines of `legacy_file`, the append-only JSON-lines file that tfm_ext kept
+  before one object per record, come first.
+  """
+  records = _read_json_lines(legacy_file, required) if legacy_file else []
+  if not tf.io.gfile.isdir(directory):
+    return records
+  for name in sorted(tf.io.gfile.listdir(directory)):
+    if not name.endswith(_RECORD_SUFFIX):
+      continue  # A local temp file that a crash left, or a stray object.
+    path = os.path.join(directory, name)
+    try:
+      text = read_text(path)
+    except tf.errors.NotFoundError:
+      logging.warning("Skipping record %s: listed, then gone.", path)
+      continue
+    record = _parse(text, required, path)
+    if record is not None:
+      records.append(record)
+  return records
+
+
+def _read_json_lines(path: str,
+                     required: Sequence[str]) -> List[Dict[str, Any]]:
+  if not tf.io.gfile.exists(path):
+    return []
+  records = []
+  for number, line in enumerate(read_text(path).splitlines(), 1):
+    if line.strip():
+      record = _parse(line, required, f"{path}:{number}")
+      if record is not None:
+        records.append(record)
+  return records
+
+
+def _parse(text: str, required: Sequence[str],
+           where: str) -> Optional[Dict[str, Any]]:
+  try:
+    record = json.loads(text)
+  except ValueError:
+    record = None
+  if isinstance(record, dict) and all(key in record for key in required):
+    return record
+  logging.warning("Skipping %s: not a whole record with %s (cut short by a "
+                  "crash?): %.80r", where, ", ".join(required), text)
+  return None

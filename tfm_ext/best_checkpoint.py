@@ -10,15 +10,15 @@ JSON manifest, `best_checkpoints.json`:
                       "value": 0.98, "metrics": {...all scalar logs...}}, ...]}
 
 best first. Order of writes for a new entry: checkpoint files, then the
-manifest (temp file, fsync, rename), then TFM's `info.json` and the
+manifest (written whole: `_files.write_json`), then TFM's `info.json` and the
 `checkpoint` state file for the top entry (so `tf.train.latest_checkpoint` on
 the directory and TFM's tooling find the best), then evicted files are
 deleted. A crash anywhere leaves the manifest naming complete checkpoints
 only; `repair` (run at construction) deletes what the manifest does not name
-and drops entries whose files are gone.
+and drops entries whose files are gone. Every file goes through
+`tf.io.gfile`, so `model_dir` may be a bucket.
 """
 
-import json
 import math
 import os
 from typing import Any, Dict, List, Mapping, Optional
@@ -88,7 +88,7 @@ class TopKCheckpointExporter:
     self._metric_path = metric_name.split("|")
     self._comp = metric_comp
     self._k = k
-    os.makedirs(export_dir, exist_ok=True)
+    tf.io.gfile.makedirs(export_dir)
     self._entries: List[Dict[str, Any]] = self._load()
     self.repair()
 
@@ -152,10 +152,12 @@ class TopKCheckpointExporter:
                 if tf.io.gfile.exists(os.path.join(self._dir, e["path"])
                                       + ".index")]
     named = {e["path"] for e in complete}
-    for name in os.listdir(self._dir):
+    for name in tf.io.gfile.listdir(self._dir):
+      name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
       stem = name.split(".")[0]
       orphan = stem.startswith(PREFIX) and stem not in named
-      if orphan or name.endswith(".tmp") or "_temp" in name:
+      # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
+      if orphan or ".tmp" in name or "_temp" in name:
         logging.warning("Removing %s: not in the best-checkpoint manifest "
                         "(left by an interrupted export).", name)
         target = os.path.join(self._dir, name)
@@ -167,27 +169,29 @@ class TopKCheckpointExporter:
       self._commit(complete)
 
   def _commit(self, entries: List[Dict[str, Any]]) -> None:
-    _files.write_json_atomically(os.path.join(self._dir, MANIFEST), {
+    _files.write_json(os.path.join(self._dir, MANIFEST), {
         "metric": self._metric_name, "comp": self._comp, "k": self._k,
         "checkpoints": entries})
     self._entries = entries
     if entries:
       best = entries[0]
-      _files.write_json_atomically(os.path.join(self._dir, INFO), {
+      _files.write_json(os.path.join(self._dir, INFO), {
           **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
       others = sorted(entries[1:], key=lambda e: e["global_step"])
       # What tf.train.CheckpointManager uses: an atomic write of the state.
+      # Full paths, as the manager passes them: TF stores each relative to
+      # the directory, and takes a bare name in a relative or bucket
+      # directory (`gs://`) as relative to the working directory.
+      paths = [os.path.join(self._dir, e["path"]) for e in others + [best]]
       checkpoint_management.update_checkpoint_state_internal(
-          self._dir, best["path"],
-          all_model_checkpoint_paths=[e["path"] for e in others + [best]],
+          self._dir, paths[-1], all_model_checkpoint_paths=paths,
           save_relative_paths=True)
 
   def _load(self) -> List[Dict[str, Any]]:
     path = os.path.join(self._dir, MANIFEST)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
       return self._adopt_tfm_export()
-    with open(path) as f:
-      manifest = json.load(f)
+    manifest = _files.read_json(path)
     if (manifest.get("metric"), manifest.get("comp")) != (self._metric_name,
                                                           self._comp):
       logging.warning("The best-checkpoint manifest ranks by %s/%s, this run "
@@ -205,10 +209,9 @@ class TopKCheckpointExporter:
     """Takes over a directory that TFM's own exporter wrote (no manifest)."""
     latest = tf.train.latest_checkpoint(self._dir)
     info = os.path.join(self._dir, INFO)
-    if not (latest and os.path.exists(info)):
+    if not (latest and tf.io.gfile.exists(info)):
       return []
-    with open(info) as f:
-      metrics = json.load(f)
+    metrics = _files.read_json(info)
     step = int(metrics.pop("best_ckpt_global_step", 0))
     value = self._value(metrics)
     if value is None or not math.isfinite(value):

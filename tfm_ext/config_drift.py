@@ -7,7 +7,7 @@ long or how often things happen (`HARMLESS`) may differ; any other change
 readable diff, unless the user passes `--allow_config_change`.
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 import yaml
@@ -43,12 +43,13 @@ def _flatten(tree: Any, prefix: str = "") -> Dict[str, Any]:
   return {prefix[:-1]: tree}
 
 
-def diff(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
-  """Lines `key: old -> new` for every non-harmless field that differs."""
+def diff(old: Dict[str, Any], new: Dict[str, Any],
+         harmless: Tuple[str, ...] = HARMLESS) -> List[str]:
+  """Lines `key: old -> new` for every field that differs, but `harmless`."""
   old_flat, new_flat = _flatten(old), _flatten(new)
   lines = []
   for key in sorted(set(old_flat) | set(new_flat)):
-    if key.startswith(HARMLESS):
+    if key.startswith(harmless):
       continue
     before = old_flat.get(key, "<absent>")
     after = new_flat.get(key, "<absent>")

@@ -8,8 +8,10 @@ controller prints each of its own lines to stdout and logs it too;
 the console once.
 """
 
+import functools
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, TextIO
 
@@ -19,6 +21,8 @@ import numpy as np
 import orbit
 from orbit import controller as orbit_controller
 import tensorflow as tf
+
+from tfm_ext import _files
 
 
 def quiet_orbit_controller() -> None:
@@ -115,19 +119,27 @@ class EvalProgress:
           file=self._stream, flush=True)
 
 
-def log_to_files(model_dir: Optional[str]) -> None:
+def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
   """Keeps the console to progress lines and warnings; the rest goes to a file.
 
   The full absl log goes to `model_dir/logs/` (absl's default log dir when
   `model_dir` is None: a non-chief worker). `--alsologtostderr` or
   `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
+
+  absl writes local files only: for a `model_dir` in a bucket (`gs://`...)
+  the log goes to a local temp dir, and the function returned copies it
+  into `model_dir/logs/`. Call that when the job ends, however it ends (a
+  no-op where the log is already in place).
   """
   flags = absl_flags.FLAGS
   if flags.logtostderr or flags.alsologtostderr:
-    return
-  log_dir = None
+    return lambda: None
+  log_dir = bucket_dir = None
   if model_dir:
-    log_dir = os.path.join(model_dir, "logs")
+    logs = os.path.join(model_dir, "logs")
+    log_dir = _files.local_path(logs)
+    if log_dir is None:
+      bucket_dir, log_dir = logs, tempfile.mkdtemp(prefix="tfm_ext_logs_")
     os.makedirs(log_dir, exist_ok=True)
   logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
   # TensorFlow's Python logger has a stderr handler of its own; without it
@@ -137,3 +149,19 @@ def log_to_files(model_dir: Optional[str]) -> None:
     tf_logger.removeHandler(handler)
   if not flags["stderrthreshold"].present:
     flags.stderrthreshold = "warning"
+  if bucket_dir is None:
+    return lambda: None
+  return functools.partial(_copy_log, logging.get_log_file_name(), bucket_dir)
+
+
+def _copy_log(path: str, log_dir: str) -> None:
+  """Copies the log file `path` into `log_dir`; warns if it cannot."""
+  logging.flush()
+  target = os.path.join(log_dir, os.path.basename(path))
+  try:
+    tf.io.gfile.makedirs(log_dir)
+    tf.io.gfile.copy(path, target, overwrite=True)
+  except tf.errors.OpError as e:
+    # The job's own exit code matters more than its log: warn, go on.
+    logging.warning("Could not copy the log %s to %s: %s", path, target,
+                    str(e).splitlines()[0])

@@ -3,10 +3,11 @@
 The evaluator lists every checkpoint the trainer's `CheckpointManager`
 records (not only the latest, as `tf.train.checkpoints_iterator` does), and
 evaluates each one it has not evaluated before, oldest first. What it has
-evaluated is a ledger in `model_dir/eval_ledger.jsonl`, one JSON line per
-checkpoint, appended and fsynced after each evaluation, so a restarted
-evaluator skips it. A checkpoint that `max_to_keep` deleted before it was
-read is skipped with a warning (and recorded, so it is not looked for again).
+evaluated is a ledger, `model_dir/eval_ledger/<checkpoint>.json`, one record
+written whole after each evaluation (an object store has no append), so a
+restarted evaluator skips it; an older evaluator's `eval_ledger.jsonl` is
+read too. A checkpoint that `max_to_keep` deleted before it was read is
+skipped with a warning (and recorded, so it is not looked for again).
 
 A training mode that finishes writes `model_dir/training_complete.json`
 (`mark_training_complete`); the evaluator stops as soon as it has evaluated
@@ -15,10 +16,10 @@ after `continuous_eval_timeout` seconds without a new checkpoint.
 
 A crash between an evaluation and its ledger line evaluates that checkpoint
 again on restart: exactly once holds for every checkpoint whose evaluation
-completed and was recorded.
+completed and was recorded. So does a ledger record that is not whole
+(skipped with a warning).
 """
 
-import json
 import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -31,14 +32,16 @@ from tfm_ext import _files
 from tfm_ext import console
 from tfm_ext.errors import UsageError
 
-LEDGER = "eval_ledger.jsonl"
+LEDGER = "eval_ledger"
+LEGACY_LEDGER = "eval_ledger.jsonl"
+_ENTRY_KEYS = ("checkpoint", "global_step", "status")
 COMPLETE_MARKER = "training_complete.json"
 POLL_SECONDS = 1.0
 
 
 def mark_training_complete(model_dir: str, global_step: int) -> None:
   """Tells evaluators that no checkpoint after `global_step` will come."""
-  _files.write_json_atomically(
+  _files.write_json(
       os.path.join(model_dir, COMPLETE_MARKER),
       {"global_step": int(global_step), "time": time.time()})
 
@@ -46,15 +49,16 @@ def mark_training_complete(model_dir: str, global_step: int) -> None:
 def clear_training_complete(model_dir: str) -> None:
   """Removes the marker: a training run is (again) in progress."""
   path = os.path.join(model_dir, COMPLETE_MARKER)
-  if os.path.exists(path):
-    os.remove(path)
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
 
 
 def training_complete_step(model_dir: str) -> Optional[int]:
+  """The step `mark_training_complete` recorded, or None."""
   try:
-    with open(os.path.join(model_dir, COMPLETE_MARKER)) as f:
-      return int(json.load(f)["global_step"])
-  except (OSError, ValueError, KeyError):
+    return int(_files.read_json(os.path.join(model_dir,
+                                             COMPLETE_MARKER))["global_step"])
+  except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
     return None
 
 
@@ -74,20 +78,27 @@ def listed_checkpoints(model_dir: str) -> List[str]:
                 key=checkpoint_step)
 
 
+def read_ledger(model_dir: str) -> List[Dict[str, Any]]:
+  """The ledger's entries, one per checkpoint, oldest first.
+
+  `{"checkpoint": "ckpt-20", "global_step": 20, "status": "evaluated" or
+  "missing", "metrics": {...}, "time": ...}`. A record that is not whole is
+  skipped with a warning: its checkpoint is evaluated again.
+  """
+  records = _files.read_records(
+      os.path.join(model_dir, LEDGER), _ENTRY_KEYS,
+      legacy_file=os.path.join(model_dir, LEGACY_LEDGER))
+  entries = {e["checkpoint"]: e for e in records}  # The latest counts.
+  return sorted(entries.values(), key=lambda e: e["global_step"])
+
+
 class EvalLedger:
   """The checkpoints this model_dir's evaluators have dealt with."""
 
   def __init__(self, model_dir: str):
-    self._path = os.path.join(model_dir, LEDGER)
-    self.entries: Dict[str, Dict[str, Any]] = {}
-    if os.path.exists(self._path):
-      with open(self._path) as f:
-        for line in f:
-          try:
-            entry = json.loads(line)
-          except ValueError:
-            continue  # A line cut short by a crash: that eval is redone.
-          self.entries[entry["checkpoint"]] = entry
+    self._dir = os.path.join(model_dir, LEDGER)
+    self.entries: Dict[str, Dict[str, Any]] = {
+        e["checkpoint"]: e for e in read_ledger(model_dir)}
 
   def __contains__(self, checkpoint_path: str) -> bool:
     return os.path.basename(checkpoint_path) in self.entries
@@ -98,10 +109,7 @@ class EvalLedger:
              "global_step": checkpoint_step(checkpoint_path),
              "status": status, "metrics": dict(metrics or {}),
              "time": time.time()}
-    with open(self._path, "a") as f:
-      f.write(json.dumps(entry) + "\n")
-      f.flush()
-      os.fsync(f.fileno())
+    _files.write_record(self._dir, entry["checkpoint"], entry)
     self.entries[entry["checkpoint"]] = entry
 
   def evaluated_steps(self) -> List[int]:

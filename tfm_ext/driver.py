@@ -319,7 +319,8 @@ def run(plan: Plan,
       trainer.checkpoint.restore(latest).expect_partial()
     if not chief:
       trainer.initialize = lambda: None
-  runner = train_lib.OrbitExperimentRunner(
+  runner = ExperimentRunner(
+      evaluates_only=not mode.trains,
       distribution_strategy=strategy, task=task, mode=request.mode,
       params=params, model_dir=model_dir, trainer=trainer,
       train_actions=train_actions,
@@ -381,6 +382,38 @@ def run(plan: Plan,
     continuous_eval.mark_training_complete(write_dir,
                                            trainer.global_step.numpy())
   return summary("completed")
+
+
+class ExperimentRunner(train_lib.OrbitExperimentRunner):
+  """TFM's runner, whose checkpoint an evaluator restores as partial."""
+
+  def __init__(self, *args, evaluates_only: bool, **kwargs):
+    self._evaluates_only = evaluates_only
+    super().__init__(*args, **kwargs)
+
+  def _maybe_build_checkpoint_manager(self):
+    """TFM's manager; an evaluator's expects a partial restore.
+
+    An evaluator builds no optimizer slots and no training input iterator,
+    so the checkpoint's values for them are left unread on purpose; without
+    `expect_partial` TensorFlow logs about 20 warnings at exit, one per
+    value. TFM documents this method as the place to change the manager.
+    """
+    manager = super()._maybe_build_checkpoint_manager()
+    if manager is None or not self._evaluates_only:
+      return manager
+    return tf.train.CheckpointManager(
+        PartialRestoreCheckpoint(root=manager.checkpoint),
+        directory=manager.directory,
+        max_to_keep=self.params.trainer.max_to_keep,
+        init_fn=self.trainer.initialize)
+
+
+class PartialRestoreCheckpoint(tf.train.Checkpoint):
+  """A checkpoint whose restores expect to leave saved values unread."""
+
+  def restore(self, save_path, options=None):
+    return super().restore(save_path, options).expect_partial()
 
 
 def _is_multi_worker(strategy: tf.distribute.Strategy) -> bool:

@@ -3,8 +3,9 @@
 Shared by every launcher: `run` returns the summary of a completed run, or
 exits the process: 42 preempted (checkpoint saved), 3 failed on its data
 (the last checkpoint intact), 2 bad input found only once running. Each
-writes `run_summary.json` and the operative gin config first, when the run
-got that far.
+writes the run summary (`run_summary.json`, or `eval_summary.json` for a
+mode that does not train) and the operative gin config first, when the run
+got that far, and copies the log into a bucket `model_dir` last.
 """
 
 import logging as std_logging
@@ -16,7 +17,9 @@ from official.core import train_utils
 
 from tfm_ext import console
 from tfm_ext import driver
+from tfm_ext import modes
 from tfm_ext import preemption
+from tfm_ext import run_summary
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.run_summary import RunSummary
@@ -27,21 +30,27 @@ def run(plan: driver.Plan,
   """Runs a `driver.prepare`d plan; returns its summary or exits."""
   request = plan.request
   # Non-chief workers keep their logs out of model_dir (absl's default dir).
-  console.log_to_files(request.model_dir if driver.is_chief_process() else None)
-  with preemption.SignalWatcher() as watcher:
-    try:
-      summary = driver.run_with_recovery(plan, recovery, watcher)
-    except preemption.Preempted as e:
-      finish(request, e.summary)
-      exit_with(e, preemption.EXIT_CODE, "preempted")
-    except RunFailed as e:
-      logging.info("The run failed.", exc_info=True)  # Log file only.
-      finish(request, e.summary)
-      exit_with(e, RunFailed.EXIT_CODE)
-    except UsageError as e:  # Found only once running (continuous_eval).
-      exit_with(e, UsageError.EXIT_CODE)
-  finish(request, summary)
-  return summary
+  save_log = console.log_to_files(
+      request.model_dir if driver.is_chief_process() else None)
+  try:
+    with preemption.SignalWatcher() as watcher:
+      try:
+        summary = driver.run_with_recovery(plan, recovery, watcher)
+      except preemption.Preempted as e:
+        finish(request, e.summary)
+        exit_with(e, preemption.EXIT_CODE, "preempted")
+      except RunFailed as e:
+        logging.info("The run failed.", exc_info=True)  # Log file only.
+        finish(request, e.summary)
+        exit_with(e, RunFailed.EXIT_CODE)
+      except UsageError as e:  # Found only once running (continuous_eval).
+        exit_with(e, UsageError.EXIT_CODE)
+    finish(request, summary)
+    return summary
+  finally:
+    # Every way out passes here (the exits above are SystemExit, a second
+    # signal a KeyboardInterrupt); only SIGKILL skips it.
+    save_log()
 
 
 def finish(request: driver.RunRequest, summary: RunSummary) -> str:
@@ -54,7 +63,9 @@ def finish(request: driver.RunRequest, summary: RunSummary) -> str:
     path = ""
   else:
     train_utils.save_gin_config(request.mode, request.model_dir)
-    path = summary.write(request.model_dir)
+    # An evaluator beside a trainer must not overwrite the trainer's record.
+    path = summary.write(request.model_dir, run_summary.summary_filename(
+        modes.get_mode(request.mode).trains))
     logging.info("Run summary: %s", path)
   logging.flush()
   # TensorFlow objects collected at interpreter exit may still log after

@@ -87,7 +87,8 @@ def main(argv) -> None:
   summary = job.run(plan, driver.Recovery(
       max_restarts=FLAGS.max_restarts,
       backoff_seconds=FLAGS.restart_backoff_seconds))
-  path = os.path.join(plan.request.model_dir, run_summary.FILENAME)
+  path = os.path.join(plan.request.model_dir,
+                      run_summary.summary_filename(plan.mode.trains))
   written = f" | summary {path}" if summary.chief else ""
   print(f"done | {summary.mode} | step {summary.global_step} | "
         f"{summary.wall_seconds:.1f}s{written}")
@@ -99,16 +100,21 @@ def _request() -> driver.RunRequest:
   if missing:
     raise UsageError("Missing required flags: " + ", ".join(
         f"--{m}" for m in missing) + ". (--list shows what is registered.)")
-  modes.get_mode(FLAGS.mode)
+  mode = modes.get_mode(FLAGS.mode)
+  model_dir = os.path.expanduser(FLAGS.model_dir)
   params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
-  params = params_lib.build(params_lib.ConfigSources(
+  sources = params_lib.ConfigSources(
       experiment=FLAGS.experiment,
       config_files=FLAGS.config_file or (),
       params_override=FLAGS.params_override or "",
       tpu=FLAGS.tpu or "",
-      trainer=FLAGS.trainer or ""))
+      trainer=FLAGS.trainer or "")
+  params = params_lib.build(sources)
+  if not mode.trains:
+    params = params_lib.follow_trainer(sources, params, model_dir,
+                                       wait=mode.waits_for_trainer)
   return driver.RunRequest(
       experiment=FLAGS.experiment, mode=FLAGS.mode,
-      model_dir=os.path.expanduser(FLAGS.model_dir), params=params,
+      model_dir=model_dir, params=params,
       start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change)

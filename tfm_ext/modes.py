@@ -35,6 +35,9 @@ class Mode:
   evaluates: bool
   run: Callable[[ModeContext], Logs]
   needs_checkpoint: bool = False
+  # Started beside a trainer, it may come first: it waits for the trainer's
+  # params.yaml (`params.await_trainer_params`) before it builds anything.
+  waits_for_trainer: bool = False
 
 
 def _train(ctx: ModeContext) -> Logs:
@@ -87,7 +90,7 @@ MODES = {
     "train_and_post_eval": Mode(trains=True, evaluates=True,
                                 run=_train_and_post_eval),
     "continuous_eval": Mode(trains=False, evaluates=True,
-                            run=_continuous_eval),
+                            run=_continuous_eval, waits_for_trainer=True),
 }
 
 

@@ -3,12 +3,20 @@
 Order of precedence, lowest first: the experiment's defaults, each
 `--config_file` in turn, `--params_override`, then for the trainer's name a
 gin binding (`tfm_ext.trainer.name = 'mine'`) and, highest, `--trainer`.
+
+An evaluator (`eval`, `continuous_eval`) on a `model_dir` that a trainer
+wrote follows the trainer: the trainer's `params.yaml` replaces the
+experiment's defaults, trainer name included, and the flags may change only
+what evaluation alone reads (`EVALUATION_FIELDS`); any other difference is
+refused, naming it.
+
 Every mistake a user can fix raises `UsageError` naming the culprit.
 """
 
 import dataclasses
 import os
-from typing import List, Optional, Sequence
+import time
+from typing import Callable, List, Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -19,6 +27,7 @@ from official.core import exp_factory
 from official.core import train_utils
 from official.modeling import hyperparams
 
+from tfm_ext import config_drift
 from tfm_ext import registry
 from tfm_ext import trainers
 from tfm_ext.errors import UsageError
@@ -55,13 +64,40 @@ def experiment_names() -> List[str]:
   return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
 
 
-def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
-  """Returns the validated, locked experiment config with `trainer.name` set."""
+# Dotted prefixes of the fields an evaluator may set otherwise than the
+# trainer it follows: how much and how often to evaluate, on which data and
+# hardware, and what to keep of it. Everything else (model, training data,
+# optimizer, train_steps, the trainer's name) is the trainer's.
+EVALUATION_FIELDS = (
+    "task.validation_data.",
+    "trainer.validation_steps",
+    "trainer.validation_summary_subdir",
+    "trainer.continuous_eval_timeout",
+    "trainer.eval_",
+    "trainer.best_checkpoint_",
+    "runtime.",
+)
+
+
+def build(sources: ConfigSources,
+          follow: str = "") -> config_definitions.ExperimentConfig:
+  """Returns the validated, locked experiment config with `trainer.name` set.
+
+  Args:
+    sources: the experiment and what the user passed.
+    follow: the path of a trainer's `params.yaml` for an evaluator to follow
+      (see the module docstring); empty to build from the experiment alone.
+  """
   if sources.experiment not in experiment_names():
     raise UsageError(registry.unknown_name_message(
         "experiment", sources.experiment, experiment_names()))
   params = exp_factory.get_exp_config(sources.experiment)
   _add_missing_fields(params)
+  trained = None
+  if follow:
+    params = _override(params, follow, f"The trainer's config {follow!r} "
+                       f"(for --experiment={sources.experiment})")
+    trained = params.as_dict()
 
   for path in sources.config_files:
     if not os.path.exists(path):
@@ -84,6 +120,8 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
     raise UsageError(registry.unknown_name_message(
         "trainer", name, trainers.TRAINERS.names()))
   params.override({"trainer": {"name": name}})
+  if trained is not None:
+    _check_evaluation_only(trained, params.as_dict(), follow)
 
   try:
     params.validate()
@@ -91,6 +129,66 @@ def build(sources: ConfigSources) -> config_definitions.ExperimentConfig:
     raise UsageError(f"The experiment config is invalid: {e}") from e
   params.lock()
   return params
+
+
+def trainer_params(model_dir: str) -> str:
+  """The `params.yaml` a trainer wrote in `model_dir`, or "" if none."""
+  path = os.path.join(model_dir, "params.yaml")
+  return path if tf.io.gfile.exists(path) else ""
+
+
+def follow_trainer(sources: ConfigSources,
+                   params: config_definitions.ExperimentConfig,
+                   model_dir: str, wait: bool
+                   ) -> config_definitions.ExperimentConfig:
+  """The config an evaluator of `model_dir` runs: the trainer's, if any.
+
+  `params` is what the flags alone describe (`build(sources)`); with `wait`
+  (an evaluator started beside a trainer that may not have started yet) it
+  first waits up to `trainer.continuous_eval_timeout` for the trainer's
+  `params.yaml`.
+  """
+  follow = (await_trainer_params(model_dir,
+                                 params.trainer.continuous_eval_timeout)
+            if wait else trainer_params(model_dir))
+  return build(sources, follow=follow) if follow else params
+
+
+def await_trainer_params(model_dir: str, timeout: float,
+                         clock: Callable[[], float] = time.monotonic,
+                         sleep: Callable[[float], None] = time.sleep) -> str:
+  """Waits for a trainer to start in `model_dir`; returns its params.yaml.
+
+  Returns at once if `model_dir` has a `params.yaml` or a checkpoint (one
+  written without a params.yaml is evaluated as the flags describe), else
+  polls every second for a `params.yaml`, for at most `timeout` seconds;
+  returns "" if none came.
+  """
+  deadline = clock() + timeout
+  announced = False
+  while True:
+    follow = trainer_params(model_dir)
+    if (follow or tf.train.latest_checkpoint(model_dir)
+        or clock() >= deadline):
+      return follow
+    if not announced:
+      announced = True
+      print(f"waiting up to {timeout:.0f}s for a trainer's params.yaml in "
+            f"{model_dir}", flush=True)
+    sleep(1.0)
+
+
+def _check_evaluation_only(trained, requested, follow: str) -> None:
+  """Refuses flags that change more than evaluation fields of `trained`."""
+  changed = config_drift.diff(trained, requested, harmless=EVALUATION_FIELDS)
+  if changed:
+    raise UsageError(
+        f"An evaluator follows the trainer's config, {follow!r}, and may "
+        "change only evaluation fields (validation data and steps, "
+        "continuous_eval_timeout, the best-checkpoint keys, runtime); these "
+        "flags change the trainer's:\n" + "\n".join(changed) + "\nDrop "
+        "them (the trainer's values are used), or evaluate in another "
+        "--model_dir.")
 
 
 # Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.determinism`'s, and

@@ -1,17 +1,31 @@
-"""`RunSummary`: what a run did, written to `model_dir/run_summary.json`."""
+"""`RunSummary`: what a run did, written to `model_dir/run_summary.json`.
+
+A run that does not train (`eval`, `continuous_eval`) writes
+`eval_summary.json` instead, so an evaluator beside a trainer never
+overwrites the trainer's record.
+"""
 
 import dataclasses
-import json
 import os
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import dataclasses_json
 
 from tfm_ext import _files
 
 FILENAME = "run_summary.json"
-STARTS = "training_starts.jsonl"
+EVAL_FILENAME = "eval_summary.json"
+# One record per training start; the append-only file of older versions is
+# still read.
+STARTS = "training_starts"
+LEGACY_STARTS = "training_starts.jsonl"
+_START_KEYS = ("restored_step", "time")
+
+
+def summary_filename(trains: bool) -> str:
+  """The summary a run writes: `run_summary.json` if its mode trains."""
+  return FILENAME if trains else EVAL_FILENAME
 
 
 @dataclasses_json.dataclass_json
@@ -50,38 +64,44 @@ class RunSummary:
   time_to_first_step_seconds: Optional[float] = None
   wall_seconds: float = 0.0
 
-  def write(self, model_dir: str) -> str:
-    """Writes the summary atomically (temp file, fsync, rename)."""
-    path = os.path.join(model_dir, FILENAME)
-    _files.write_text_atomically(path, self.to_json(indent=2) + "\n")
+  def write(self, model_dir: str, filename: str = FILENAME) -> str:
+    """Writes the summary whole (`_files.write_text`); returns its path."""
+    path = os.path.join(model_dir, filename)
+    _files.write_text(path, self.to_json(indent=2) + "\n")
     return path
 
   @classmethod
-  def read(cls, model_dir: str) -> "RunSummary":
-    with open(os.path.join(model_dir, FILENAME)) as f:
-      return cls.from_json(f.read())
+  def read(cls, model_dir: str, filename: str = FILENAME) -> "RunSummary":
+    return cls.from_json(_files.read_text(os.path.join(model_dir, filename)))
 
 
 def record_training_start(model_dir: str, restored_step: int) -> int:
-  """Appends this training start to the model_dir's log; returns resumes.
+  """Records this training start in `model_dir`; returns the resumes so far.
 
-  A start that restored a checkpoint (`restored_step > 0`) is a resume. The
-  log is append-only, so a run killed at any point still counts.
+  A start that restored a checkpoint (`restored_step > 0`) is a resume. Each
+  start is an object of its own, `training_starts/<time_ns>-<pid>.json`,
+  written before training, so a run killed at any point still counts.
   """
-  path = os.path.join(model_dir, STARTS)
-  with open(path, "a") as f:
-    f.write(json.dumps({"restored_step": int(restored_step),
-                        "time": time.time()}) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  resumes = 0
-  with open(path) as f:
-    for line in f:
-      try:
-        resumes += json.loads(line)["restored_step"] > 0
-      except (ValueError, KeyError):
-        continue  # A line cut short by a kill.
-  return resumes
+  now = time.time_ns()
+  start = {"restored_step": int(restored_step), "time": now / 1e9}
+  _files.write_record(os.path.join(model_dir, STARTS), f"{now}-{os.getpid()}",
+                      start)
+  starts = training_starts(model_dir)
+  if start not in starts:  # A listing may lag behind the write just made.
+    starts.append(start)
+  return sum(s["restored_step"] > 0 for s in starts)
+
+
+def training_starts(model_dir: str) -> List[Dict[str, float]]:
+  """Every training start recorded in `model_dir`, oldest first.
+
+  A record that is not whole (cut short by a kill) is skipped with a
+  warning.
+  """
+  starts = _files.read_records(
+      os.path.join(model_dir, STARTS), _START_KEYS,
+      legacy_file=os.path.join(model_dir, LEGACY_STARTS))
+  return sorted(starts, key=lambda s: s["time"])
 
 
 def process_start_time() -> float:

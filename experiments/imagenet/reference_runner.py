@@ -25,6 +25,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from absl import flags
+import tensorflow as tf
 import yaml
 
 from experiments.imagenet import input_pipeline
@@ -43,9 +44,9 @@ GPU_STRATEGIES = ("one_device", "mirrored")
 # What a run of this launcher (or of the reference) writes into model_dir;
 # `--clean` removes a directory only if it holds nothing else.
 RUN_OUTPUTS = ("checkpoint", "ckpt-*", "model.ckpt-*", "params.yaml",
-               "run_summary.json", "run_summary.json.tmp", "train",
+               "run_summary.json", "eval_summary.json", "*.tmp*", "train",
                "validation", "eval", "logs", "best_ckpt", "events.out.*",
-               "operative_config.*", "training_*")
+               "operative_config.*", "training_*", "eval_ledger*")
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -259,10 +260,10 @@ def check_cleanable(model_dir: str) -> None:
   The reference removes `--model_dir` whatever it holds, and its default is
   `/tmp`.
   """
-  if not os.path.isdir(model_dir):
+  if not tf.io.gfile.isdir(model_dir):
     return
   foreign = sorted(
-      name for name in os.listdir(model_dir)
+      name for name in (n.rstrip("/") for n in tf.io.gfile.listdir(model_dir))
       if not any(fnmatch.fnmatch(name, p) for p in RUN_OUTPUTS))
   if foreign:
     listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
