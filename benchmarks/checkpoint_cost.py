@@ -41,7 +41,7 @@ import registry_imports  # pylint: disable=unused-import
 from benchmarks import _common
 from benchmarks import _imagenet_records
 from experiments.imagenet import input_pipeline
-from tfm_ext import driver
+from tfm_ext import strategies
 from tfm_ext import params as params_lib
 from tfm_ext import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -58,7 +58,7 @@ def build_trainer(experiment: str, params_override: str):
   """The params, strategy and trainer `tfm_ext.driver` would build."""
   params = params_lib.build(params_lib.ConfigSources(
       experiment=experiment, params_override=params_override))
-  strategy = driver.build_strategy(params)
+  strategy = strategies.build_strategy(params)
   with strategy.scope():
     task = task_factory.get_task(params.task)
     trainer = train_utils.create_trainer(

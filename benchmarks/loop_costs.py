@@ -14,9 +14,9 @@ of training, the median per-call time of:
                        `tf.summary.scalar` and a `MirroredStrategy` global
                        step (TFM's runner on its one-replica mirror, or any
                        mirrored run), against our `ScalarSummaryManager` with
-                       `driver.host_readable`'s step (as our driver does)
+                       `strategies.host_readable`'s step (as our driver does)
     global_step_read   `numpy()` of that `MirroredVariable` step against
-                       `driver.host_readable`'s (no strategy's plain step
+                       `strategies.host_readable`'s (no strategy's plain step
                        reads as fast)
     read_train_logs    `CustomTrainer.read_train_logs` (metric results and
                        resets, learning rate) run eagerly against as the
@@ -51,7 +51,7 @@ import tensorflow as tf
 from benchmarks import _common
 from benchmarks import checkpoint_cost
 from tfm_ext import custom_trainer
-from tfm_ext import driver
+from tfm_ext import strategies
 from tfm_ext import summaries
 from tfm_ext import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -117,7 +117,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
   with mirror.scope():
     step = orbit.utils.create_global_step()
   step.assign(trainer.global_step.numpy())
-  local_step = driver.host_readable(step, mirror)
+  local_step = strategies.host_readable(step, mirror)
 
   def writer(manager_cls, global_step):
     manager = manager_cls(tempfile.mkdtemp(prefix="bench_summaries_"),
@@ -133,7 +133,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
   no_steps = tf.constant(0)
   out = {
       "sizes": sizes,
-      "strategy": driver.describe_strategy(strategy),
+      "strategy": strategies.describe_strategy(strategy),
       "summaries": interleaved({
           "orbit": writer(orbit.utils.SummaryManager, step),
           "ours": writer(summaries.ScalarSummaryManager, local_step)}, sizes),

@@ -35,7 +35,7 @@ the second still holds one-off costs: Orbit writes its first summaries,
 and stock TFM's `CheckpointManager` saves a checkpoint at its first check,
 after the first loop, whatever `checkpoint_interval` says
 (`ckpt-<steps_per_loop>`; ours counts the interval from the start,
-`driver.count_interval_from_start`). Peak
+`checkpointing.count_interval_from`). Peak
 memory is the process's peak resident set at its last progress line (TFM's
 `run_experiment` counts the model's FLOPs after training, which raises its
 whole-process peak, `process_peak_rss_mib`). Our first loop is one
@@ -391,7 +391,7 @@ def _handwritten(params, model_dir, clock):
   `tf.while_loop`, the first call one step (as ours)."""
   del model_dir
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfm_ext import driver  # pylint: disable=g-import-not-at-top
+  from tfm_ext import assembly  # pylint: disable=g-import-not-at-top
   task, model, optimizer, metrics, dataset = _model_parts(params)
   iterator = iter(dataset)
 
@@ -408,7 +408,7 @@ def _handwritten(params, model_dir, clock):
         metric.update_state(labels, outputs)
 
   progress = clock(optimizer.iterations)
-  loop_length = driver.FirstStepThenEvery(params.trainer.steps_per_loop)
+  loop_length = assembly.FirstStepThenEvery(params.trainer.steps_per_loop)
   step, total = 0, params.trainer.train_steps
   while step < total:
     num_steps = min(loop_length(step), total - step)

@@ -177,8 +177,8 @@ class ResnetCtlExperimentConfig(cfg.ExperimentConfig):
     That is: an empty input path, a malformed `profile_steps`, or
     checkpointing the input iterator of real data (its random crop,
     `sample_distorted_bounding_box`, is a stateful op that tf.data cannot
-    save, and its 10,000-record shuffle buffer would add about 1 GB of JPEGs
-    to every checkpoint).
+    save, and its 10,000-record shuffle buffer would add its JPEGs to every
+    checkpoint: benchmarks/RESULTS.md#default-resnet-iterator-out).
     """
     super().validate()
     if (getattr(self.trainer, "checkpoint_input_iterator", False)

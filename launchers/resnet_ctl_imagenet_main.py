@@ -22,7 +22,8 @@ import os
 
 # TensorFlow's C++ start-up INFO lines would bury the progress lines.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# As in launchers/train.py: no collections while importing (0.7 s).
+# As in launchers/train.py: no collections while importing
+# (benchmarks/RESULTS.md#default-collector-off-while-importing).
 gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

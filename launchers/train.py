@@ -11,11 +11,12 @@ import os
 
 # TensorFlow's C++ start-up INFO lines would bury the progress lines.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# The imports below make about 490,000 objects that live as long as the
-# process, and Python's collector would rescan them in seven full
-# collections while they load: 0.7 s of a 5.7 s time to first step. It is
-# off until they are in; `gc.freeze` then keeps later collections from
-# rescanning them (benchmarks/startup.py; its row in benchmarks/RESULTS.md).
+# The imports below make hundreds of thousands of objects that live as long
+# as the process, and Python's collector would rescan them in several full
+# collections while they load. It is off until they are in; `gc.freeze`
+# then keeps later collections from rescanning them (benchmarks/startup.py;
+# benchmarks/RESULTS.md#default-collector-off-while-importing and
+# #default-gc-freeze).
 gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

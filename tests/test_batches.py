@@ -64,7 +64,7 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import registry_imports  # noqa
 from experiments import digits_convnet
-from tfm_ext import custom_trainer
+from tfm_ext import inputs
 
 GLOBAL = 64
 local = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -86,9 +86,9 @@ data = task.task_config.train_data.replace(global_batch_size=GLOBAL,
                                            shuffle_buffer_size=1)
 out = {}
 for index in (0, 1):
-  context = custom_trainer.host_input_context(Worker(index))
+  context = inputs.host_input_context(Worker(index))
   batch = next(iter(task.build_inputs(data, input_context=context)))
-  split = custom_trainer.split_across_replicas(batch, local)
+  split = inputs.split_across_replicas(batch, local)
   images = [local.experimental_local_results(split)[r][0] for r in (0, 1)]
   out[index] = {
       "context": [context.num_input_pipelines, context.input_pipeline_id,
@@ -135,7 +135,7 @@ tf.config.set_logical_device_configuration(
 import registry_imports  # noqa
 import official.vision.registry_imports  # noqa
 from official.core import exp_factory, task_factory
-from tfm_ext import custom_trainer
+from tfm_ext import inputs
 
 GLOBAL = 4
 data_dir = sys.argv[1]
@@ -154,9 +154,9 @@ for name, overrides in [
       lambda ctx: task.build_inputs(data, input_context=ctx)))
   images = strategy.experimental_local_results(next(distributed)[0])
   host = next(iter(task.build_inputs(
-      data, input_context=custom_trainer.host_input_context(strategy))))
+      data, input_context=inputs.host_input_context(strategy))))
   split = strategy.experimental_local_results(
-      custom_trainer.split_across_replicas(host, strategy))
+      inputs.split_across_replicas(host, strategy))
   out[name] = {"distributed": [int(i.shape[0]) for i in images],
                "host": int(host[0].shape[0]),
                "split": [int(s[0].shape[0]) for s in split]}

@@ -1,14 +1,19 @@
 """The benchmarks' arithmetic and report on made-up figures; nothing timed."""
 
 import dataclasses
+import glob
+import json
 import os
+import re
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import claims
 from benchmarks import report
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -140,101 +145,173 @@ def _results():
   }
 
 
-def test_report_states_each_target_met_or_missed():
-  text = report.render(_results())
-  assert ("| digits_convnet: ours / handwritten examples/s >= 0.97 | 0.950 "
-          "(each repeat 0.950 to 0.950; 0 of 1 >= 0.97) | **missed** |") in text
-  assert ("| digits_convnet: ours / stock_tfm examples/s >= 1.0 | 1.056 "
-          "(each repeat 1.056 to 1.056; 1 of 1 >= 1.0) | met |") in text
-  assert ("| resnet50: ours / keras_fit examples/s >= 1.0 | 0.500 (each "
-          "repeat 0.500 to 0.500; 0 of 1 >= 1.0) | **missed** |") in text
-  assert ("| digits_convnet: ours / keras_fit_tensorboard examples/s >= 1.0 "
-          "| 1.250 (each repeat 1.250 to 1.250; 1 of 1 >= 1.0) | met |") in text
-  # ResNet's runs had no such variant: no row.
-  assert "resnet50: ours / keras_fit_tensorboard" not in text
-  assert "| digits_convnet: our time to first step <= stock TFM's |" in text
-  assert ("| ResNet train input pipeline: ours / reference >= 1.0 | 1.010 "
-          "(ours ahead in 1 of 1 passes) | met |") in text
-  assert "commit | abc1234 |" in text
-  assert "Not run on a GPU yet" in text
+def _tables(text):
+  """Every Markdown table of `text`: `(header, rows)`, a row a cell list."""
+  tables, rows = [], None
+  for line in text.splitlines():
+    if not line.startswith("|"):
+      rows = None
+      continue
+    cells = [cell.strip() for cell in line.strip()[1:-1].split("|")]
+    if rows is None:
+      rows = []
+      tables.append((cells, rows))
+    elif set(cells) != {"---"}:
+      rows.append(cells)
+  return tables
 
 
-def test_report_derives_the_iterator_growth_per_buffered_record():
-  text = report.render(_results())
-  # (17000 - 5000) bytes over 12 more records: 1.0 KB each.
-  assert "grows by 1.0 KB per buffered record" in text
-  assert "off: XLA is slower here" in text
-  assert ("| `runtime.enable_xla` off on the CPU: ResNet50 | XLA on: 3.0 ex/s "
-          "vs 8.0 (0.38x), first step +2.0 s |") in text
+def _anchored_rows(text):
+  """`{anchor: {header: cell}}` of the rows of the claims tables."""
+  rows = {}
+  for header, cells in _tables(text):
+    for row in cells:
+      match = re.match(r'<a id="([^"]+)"></a>', row[0])
+      if match:
+        rows[match.group(1)] = dict(zip(header, row))
+  return rows
 
 
-def test_report_shows_the_loop_costs_behind_the_loop_defaults():
-  text = report.render(_results())
-  assert ("| 5.0 ms a step vs 5.1 ms with a check in the step that keeps the "
-          "first bad step (+2.0%) | no op in the step |") in text
-  assert ("writing one loop's 5 values: 0.30 ms vs 1.2 ms with Orbit's "
-          "`SummaryManager`; a step read 0.04 ms vs 0.14 ms") in text
-  assert "| 0.45 ms vs 4.5 ms eagerly |" in text
-  rows = [line.split(" | ")[0] for line in text.splitlines()
-          if line.startswith("| ")]
-  # Host costs follow the loop defaults; ResNet's XLA row follows digits'.
-  assert rows.index("| a loop's outputs written as one summary op per "
-                    "directory (`ScalarSummaryManager`), a mirrored global "
-                    "step read through its local copy "
-                    "(`driver.host_readable`)") == (
-                        rows.index("| progress, hooks, metrics read the "
-                                   "device once per loop") + 1)
-  assert rows.index("| `runtime.enable_xla` off on the CPU: ResNet50") == (
-      rows.index("| `runtime.enable_xla` off on the CPU") + 1)
+def _fields(text):
+  """`{name: value}` of the two-column tables of `text` (no header)."""
+  return {name: value for header, rows in _tables(text)
+          if header == ["", ""] for name, value in rows}
 
 
-def test_report_shows_what_the_collector_off_at_import_saves():
-  text = report.render(_results())
-  assert ("| imports 3.50 s vs 4.25 s with the collector on (7 full "
-          "collections); a full collection after them 0.20 ms vs 330.0 ms "
-          "unfrozen (0 vs 800000 objects frozen); peak RSS +2 MiB "
-          "(`startup.py`) | 0.75 s off every launch's time to first step |"
-          ) in text
+def test_a_claim_row_shows_the_ratio_floor_and_verdict_its_data_give():
+  rows = _anchored_rows(report.render(_results()))
+  # Ours 95 ex/s against hand-written 100, stock TFM 90, Keras+TB 76.
+  hand = rows["target-digits-convnet-handwritten"]
+  assert float(hand["ratio"]) == pytest.approx(95 / 100, abs=5e-4)
+  assert float(hand["floor"]) == 0.97
+  assert hand[""] == "**missed**"
+  stock = rows["target-digits-convnet-stock-tfm"]
+  assert float(stock["ratio"]) == pytest.approx(95 / 90, abs=5e-4)
+  assert stock[""] == "met"
+  assert float(rows["target-resnet50-keras-fit"]["ratio"]) == 0.5
+  # Times are inverted: stock TFM's first step (6 s) over ours (5 s).
+  first = rows["target-digits-convnet-first-step"]
+  assert float(first["ratio"]) == pytest.approx(6 / 5)
+  assert first[""] == "met"
+  pipeline = rows["target-resnet-train-input-pipeline"]
+  assert float(pipeline["ratio"]) == pytest.approx(100 / 99, abs=5e-4)
+  # ResNet's runs had no Keras-with-TensorBoard variant: no row.
+  assert "target-resnet50-keras-fit-tensorboard" not in rows
 
 
-def test_report_compares_host_work_a_loop_but_sets_no_target_on_it():
-  text = report.render(_results())
-  # Ours: 1/50 - 1/95 s a step of 10 examples; Keras 1/40 - 1/80, ...
-  assert ("each loop costs about 94.7 ms of host work (Keras `Model.fit` "
-          "125.0 ms; hand-written `tf.function` loop 25.0 ms; stock TFM "
-          "(`train_lib.run_experiment`, `base_trainer.Trainer`) 111.1 ms)"
-          ) in text
-  assert "### digits_convnet_per_step" in text
-  assert "digits_convnet_per_step: ours /" not in text
-
-
-def test_report_flags_a_default_its_own_figure_does_not_justify():
-  text = report.render(_results())
-  assert ("| 95 ex/s vs 97 with TFM's one-replica `MirroredStrategy` (0.980x) "
-          "| **not justified by this figure**: the one-replica mirror is "
-          "2.0% faster here |") in text
-
-
-def test_report_separates_the_input_pool_from_the_loop_overhead():
-  text = report.render(_results())
-  # The private pool's gain (95 vs 90) and the loop against the hand-written
-  # one without it (90 / 100).
-  assert ("| 95 ex/s vs 90 with tf.data's own pool of one thread per core "
-          "(1.056x) | the model's ops use every core") in text
-  assert ("| digits_convnet: ours with tf.data's own pool / handwritten "
-          "examples/s >= 0.97 (the loop's overhead alone) | 0.900 (each "
-          "repeat 0.900 to 0.900; 0 of 1 >= 0.97) | **missed** |") in text
-
-
-def test_report_names_runs_far_below_their_median_and_calls_it_noisy():
+def test_a_floor_missed_in_some_repeats_shows_how_many_reached_it():
   results = _results()
-  text = report.render(results)
-  assert "The machine was quiet." in text
+  variants = results["training_loops"]["digits_convnet"]["variants"]
+  for name, speeds in (("ours", (95.0, 99.0, 102.0)),
+                       ("handwritten", (100.0, 100.0, 100.0))):
+    variants[name]["runs"] = [dict(variants[name]["median"],
+                                   examples_per_second=e) for e in speeds]
+  (target,) = [c for c in claims.targets(results)
+               if c.anchor == "target-digits-convnet-handwritten"]
+  assert target.spread == pytest.approx((0.95, 0.99, 1.02))
+  row = _anchored_rows(report.render(results))[target.anchor]
+  assert row["each repeat (or pass)"] == "0.950 to 1.020 (2 of 3 >= 0.97)"
+
+
+def test_each_default_row_has_its_ratio_and_a_missed_floor_says_so():
+  rows = _anchored_rows(report.render(_results()))
+  expected = {  # anchor: (ratio, met)
+      "default-input-pool": (95 / 90, True),  # vs tf.data's own pool
+      "default-no-one-replica-mirror": (95 / 96.9, False),
+      "default-xla-off": (95 / 60, True),
+      "default-xla-off-resnet50": (8 / 3, True),
+      "default-steps-per-loop": (95 / 50, True),  # vs one step per loop
+      "default-summary-manager": (0.0012 / 0.0003, True),
+      "default-host-readable-step": (0.00014 / 0.00004, True),
+      "default-traced-train-logs": (0.0045 / 0.00045, True),
+      "default-nan-check": (0.0051 / 0.0050, True),
+      "default-parallel-map": (100 / 50, True),
+      "default-no-autotune": (100 / 97, True),
+      "default-collector-off-while-importing": (4.25 / 3.5, True),
+      "default-gc-freeze": (0.33 / 0.0002, True),
+  }
+  for anchor, (ratio, met) in expected.items():
+    row = rows[anchor]
+    assert float(row["ratio"]) == pytest.approx(ratio, rel=1e-3), anchor
+    assert row[""] == ("met" if met else "**missed**"), anchor
+  # A row that states figures and sets no target has no verdict.
+  assert rows["default-no-first-loop-checkpoint"][""] == ""
+
+
+def test_anchors_are_unique_and_defaults_keep_theirs_without_optional_data():
+  results = _results()
+  anchors = [c.anchor for c in claims.targets(results)
+             + claims.defaults(results)]
+  assert len(anchors) == len(set(anchors))
+  del results["loop_costs"], results["startup"]
+  anchors = {c.anchor for c in claims.defaults(results)}
+  assert "default-input-pool" in anchors
+  assert "default-nan-check" not in anchors  # Its figures were not taken.
+
+
+def test_host_work_a_loop_is_the_time_per_step_one_step_per_loop_adds():
+  results = _results()
+  # 10 examples a step: ours 10/50 - 10/95 s, Keras 10/40 - 10/80 s.
+  assert claims.host_seconds(results, "ours") == pytest.approx(
+      10 / 50 - 10 / 95)
+  assert claims.host_seconds(results, "keras_fit") == pytest.approx(0.125)
+  # The per-step workload sets no target.
+  assert not any(c.anchor.startswith("target-digits-convnet-per-step")
+                 for c in claims.targets(results))
+
+
+def test_iterator_state_grows_by_the_bytes_of_each_buffered_record():
+  iterator = _results()["checkpoint_cost"]["resnet50_iterator"]
+  # 5000 bytes at 4 records, 17000 at 16: 1000 a record over 1000.
+  assert claims.iterator_growth(iterator) == pytest.approx((1000.0, 1000.0))
+  iterator["by_shuffle_buffer"]["64"] = {"bytes": 99999, "save_seconds": 0}
+  # Only 16 records exist: a buffer of 64 holds 16 of them.
+  assert claims.iterator_growth(iterator)[0] == pytest.approx(
+      (99999 - 5000) / 12)
+
+
+def test_machine_table_names_runs_far_below_their_median():
+  results = _results()
+  fields = _fields(report.render(results))
+  assert fields["commit"] == "abc1234"
+  assert fields["the machine"] == "quiet"
+  assert fields["training runs over 10% below their variant's median"] == (
+      "0 of 18")
   ours = results["training_loops"]["digits_convnet"]["variants"]["ours"]
   ours["runs"] = [dict(ours["median"], examples_per_second=e)
                   for e in (95.0, 96.0, 85.0)]  # 85 < 0.9 * 95.
-  text = report.render(results)
-  assert ("1 of 20 training runs were more than 10% below their variant's "
-          "median (digits_convnet ours (repeat 3)): the machine slowed down "
-          "during them") in text
-  assert "The machine was quiet." not in text
+  fields = _fields(report.render(results))
+  assert fields["training runs over 10% below their variant's median"] == (
+      "1 of 20: digits_convnet ours (repeat 3)")
+  assert fields["the machine"].startswith("**shared with other work")
+
+
+def test_results_md_is_the_rendering_of_results_json():
+  with open(os.path.join(REPO, "benchmarks", "results.json")) as f:
+    results = json.load(f)
+  gpu = None
+  gpu_path = os.path.join(REPO, "benchmarks", "gpu_results.json")
+  if os.path.exists(gpu_path):
+    with open(gpu_path) as f:
+      gpu = json.load(f)
+  with open(os.path.join(REPO, "benchmarks", "RESULTS.md")) as f:
+    assert f.read() == report.render(results, gpu), (
+        "re-render: python benchmarks/run_all.py "
+        "--render=benchmarks/results.json")
+
+
+def test_every_link_into_results_md_names_an_anchor_it_has():
+  with open(os.path.join(REPO, "benchmarks", "RESULTS.md")) as f:
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', f.read()))
+  links = {}
+  paths = [path for folder in ("tfm_ext", "experiments", "launchers",
+                                 "benchmarks", "tests")
+           for ext in ("py", "md")
+           for path in glob.glob(os.path.join(REPO, folder, "**", f"*.{ext}"),
+                                 recursive=True)]
+  for path in paths:
+    with open(path) as f:
+      for anchor in re.findall(r"RESULTS\.md#([\w-]+)", f.read()):
+        links.setdefault(anchor, []).append(os.path.relpath(path, REPO))
+  assert "default-input-pool" in anchors
+  assert {a: p for a, p in links.items() if a not in anchors} == {}

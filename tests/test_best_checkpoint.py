@@ -138,3 +138,52 @@ def test_adopts_a_directory_written_by_tfm_exporter(tmp_path, checkpoint):
   assert tf.train.latest_checkpoint(str(tmp_path / "best"))  # Not deleted.
   export(ours, checkpoint, 30, 0.7)
   assert [e["global_step"] for e in ours.kept] == [30, 15]
+
+
+def test_ties_among_the_kept_rank_the_older_first_and_evict_the_newer(
+    tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  assert export(exporter, checkpoint, 10, 0.8)
+  assert export(exporter, checkpoint, 20, 0.8)
+  # Best first, and among equals the older first: it is "the best".
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [
+      10, 20]
+  assert exporter.best_ckpt_path.endswith("best_ckpt-10")
+  assert tf.train.latest_checkpoint(str(tmp_path / "best")).endswith("-10")
+  # A reloaded manifest ranks the tie the same way.
+  assert [e["global_step"] for e in make(tmp_path, k=2).kept] == [10, 20]
+  # A better checkpoint pushes out the newer of the two equals.
+  assert export(exporter, checkpoint, 30, 0.9)
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [
+      30, 10]
+  names = os.listdir(tmp_path / "best")
+  assert "best_ckpt-10.index" in names
+  assert not [n for n in names if n.startswith("best_ckpt-20.")]
+
+
+def test_a_reloaded_manifest_drops_a_nan_entry(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  export(exporter, checkpoint, 20, 0.7)
+  # A manifest whose best entry is NaN (hand-edited, or by an older
+  # version), its checkpoint files present: JSON as Python writes it allows
+  # NaN. Repair alone would keep the entry: its files exist.
+  written = manifest(tmp_path)
+  assert written["checkpoints"][0]["global_step"] == 20
+  written["checkpoints"][0]["metrics"]["accuracy"] = float("nan")
+  written["checkpoints"][0]["value"] = float("nan")
+  (tmp_path / "best" / best_checkpoint.MANIFEST).write_text(
+      json.dumps(written))
+  assert "NaN" in (tmp_path / "best" / best_checkpoint.MANIFEST).read_text()
+
+  reloaded = make(tmp_path, k=2)
+  assert [e["global_step"] for e in reloaded.kept] == [10]
+  assert reloaded.best_ckpt_logs["accuracy"] == pytest.approx(0.5)
+  assert reloaded.best_ckpt_path.endswith("best_ckpt-10")
+  # The manifest on disk is rewritten without it, and its files are gone.
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [10]
+  assert not [n for n in os.listdir(tmp_path / "best")
+              if n.startswith("best_ckpt-20.")]
+  # A finite value below the dropped NaN still gets in.
+  assert export(reloaded, checkpoint, 30, 0.6)
+  assert [e["global_step"] for e in reloaded.kept] == [30, 10]

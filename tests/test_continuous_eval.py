@@ -4,9 +4,11 @@ import json
 import os
 import time
 
+import pytest
 import tensorflow as tf
 
 from tfm_ext import continuous_eval
+from tfm_ext.errors import UsageError
 
 TRAIN_ARGS = ("--experiment=digits_convnet",
               "--params_override=trainer.train_steps=120,"
@@ -89,3 +91,66 @@ def test_no_trainer_and_no_checkpoint_waits_timeout_then_exits(
   assert "continuous_eval_timeout=3s" in run.stderr
   assert time.monotonic() - begin >= 3
   assert "Traceback" not in run.stderr
+
+
+def test_a_training_run_clears_a_stale_training_complete_marker(
+    start, tmp_path):
+  """An evaluator beside an extended or resumed run must not stop at once.
+
+  A marker left by an earlier run (final step 20) would tell it that no
+  checkpoint after step 20 will come.
+  """
+  model_dir = tmp_path / "m"
+  model_dir.mkdir()
+  continuous_eval.mark_training_complete(str(model_dir), 20)
+  assert continuous_eval.training_complete_step(str(model_dir)) == 20
+  trainer = start("--experiment=digits_convnet", "--mode=train",
+                  "--params_override=trainer.train_steps=100000,"
+                  "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+                  "trainer.checkpoint_interval=100000",
+                  model_dir=model_dir)
+  trainer.wait_for_line(lambda l: l.startswith("step "))
+  assert trainer.proc.poll() is None  # Still training.
+  assert continuous_eval.training_complete_step(str(model_dir)) is None
+  assert not (model_dir / continuous_eval.COMPLETE_MARKER).exists()
+
+
+class FakeTime:
+  """A clock that only the injected `sleep` moves: no real waiting.
+
+  Reading it after `real_budget` seconds of real time fails the test, so
+  code that sleeps for real (and never moves this clock) fails fast
+  instead of hanging.
+  """
+
+  def __init__(self, real_budget=5.0):
+    self.now = 1000.0
+    self.sleeps = []
+    self._deadline = time.monotonic() + real_budget
+
+  def clock(self):
+    assert time.monotonic() < self._deadline, (
+        f"real time passed: {len(self.sleeps)} injected sleeps so far")
+    return self.now
+
+  def sleep(self, seconds):
+    self.sleeps.append(seconds)
+    self.now += seconds
+
+
+def test_no_checkpoint_within_timeout_raises_usage_error_without_waiting(
+    tmp_path):
+  fake = FakeTime()
+  with pytest.raises(UsageError, match=r"No checkpoint appeared.*"
+                     r"continuous_eval_timeout=30s"):
+    # The controller is only touched to restore and evaluate a checkpoint;
+    # with none in model_dir, None stands in for it.
+    continuous_eval.evaluate_continuously(
+        None, model_dir=str(tmp_path), eval_steps=1, train_steps=100,
+        timeout=30, clock=fake.clock, sleep=fake.sleep)
+  # It polled every POLL_SECONDS on its clock and gave up at the first poll
+  # past the timeout; no real sleeping (FakeTime would have failed).
+  waited = fake.now - 1000.0
+  assert set(fake.sleeps) == {continuous_eval.POLL_SECONDS}
+  assert waited > 30 >= waited - continuous_eval.POLL_SECONDS
+  assert os.listdir(tmp_path) == []  # Nothing written: no ledger record.

@@ -5,7 +5,8 @@ import tensorflow as tf
 
 import downstream_registry
 import tfm_ext
-from tfm_ext import custom_trainer
+from tfm_ext import devices
+from tfm_ext import inputs
 
 EAGER = ("trainer.train_tf_function=false,trainer.eval_tf_function=false,"
          "trainer.train_tf_while_loop=false,")
@@ -194,7 +195,7 @@ def test_input_gets_half_the_cores_on_cpu_and_a_resume_may_change_it(
   sizes the trainer's datasets' tf.data pool with it, half the cores when it
   is unset and the replicas are CPUs. The input iterator in the checkpoint
   restores under another count."""
-  half = max(1, custom_trainer.usable_cores() // 2)
+  half = max(1, devices.usable_cores() // 2)
   override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
               "trainer.validation_interval=20,trainer.validation_steps=2")
   summary, _ = run_in_process("digits_convnet", "train_and_eval", tmp_path,
@@ -218,9 +219,9 @@ def test_a_pipeline_that_sizes_its_own_pool_keeps_it():
   own.threading.private_threadpool_size = 5
   sized = tf.data.Dataset.range(4).with_options(own)
   pool = lambda d: d.options().threading.private_threadpool_size  # pylint: disable=unnecessary-lambda-assignment
-  assert pool(custom_trainer.with_input_threads(sized, 1)) == 5
+  assert pool(inputs.with_input_threads(sized, 1)) == 5
   unsized = tf.data.Dataset.range(4)
-  assert pool(custom_trainer.with_input_threads(unsized, 2)) == 2
-  assert pool(custom_trainer.with_input_threads(unsized, 0)) == pool(unsized)
-  assert list(custom_trainer.with_input_threads(unsized, 2).as_numpy_iterator()
+  assert pool(inputs.with_input_threads(unsized, 2)) == 2
+  assert pool(inputs.with_input_threads(unsized, 0)) == pool(unsized)
+  assert list(inputs.with_input_threads(unsized, 2).as_numpy_iterator()
               ) == [0, 1, 2, 3]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import DOWNSTREAM_TRAIN, TWO_CPUS_TRAIN, numeric_tensors
-from tfm_ext import custom_trainer
+from tfm_ext import devices
 
 STEPS = 150
 
@@ -117,7 +117,7 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
                       r"step 70/", signal.SIGTERM)
   assert strategy(stopped) == ("MirroredStrategy", 1)
   # One more thread than the default (half the cores).
-  threads = max(1, custom_trainer.usable_cores() // 2) + 1
+  threads = max(1, devices.usable_cores() // 2) + 1
   final = launch(*args(no_dropout,
                        f"runtime.dataset_num_private_threads={threads}"),
                  model_dir=model_dir, script=DOWNSTREAM_TRAIN)

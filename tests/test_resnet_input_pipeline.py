@@ -10,7 +10,7 @@ import tensorflow as tf
 from official.legacy.image_classification.resnet import imagenet_preprocessing
 
 from experiments.imagenet import input_pipeline
-from tfm_ext import custom_trainer
+from tfm_ext import devices
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 import imagenet_fixtures
 
@@ -107,7 +107,7 @@ def test_autotuning_is_off_unless_asked(imagenet_dir):
   assert autotune("train").enabled is False
   assert autotune("validation").enabled is False
   assert autotune("train", autotune=True).enabled is not False
-  assert autotune("train").initial_parallelism == custom_trainer.usable_cores()
+  assert autotune("train").initial_parallelism == devices.usable_cores()
   assert autotune("train", private_threadpool_size=3).initial_parallelism == 3
 
 

@@ -8,7 +8,7 @@ import orbit
 import pytest
 import tensorflow as tf
 
-from tfm_ext import driver
+from tfm_ext import strategies
 from tfm_ext import summaries
 
 LOGS = {
@@ -93,7 +93,7 @@ def test_host_readable_step_follows_the_mirrored_step():
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   with strategy.scope():
     global_step = orbit.utils.create_global_step()
-  step = driver.host_readable(global_step, strategy)
+  step = strategies.host_readable(global_step, strategy)
   assert not isinstance(step, tf.distribute.DistributedValues)
 
   @tf.function
@@ -104,4 +104,4 @@ def test_host_readable_step_follows_the_mirrored_step():
   train_steps()
   assert step.numpy() == global_step.numpy() == 3
   plain = tf.Variable(0, dtype=tf.int64)
-  assert driver.host_readable(plain, tf.distribute.get_strategy()) is plain
+  assert strategies.host_readable(plain, tf.distribute.get_strategy()) is plain

@@ -13,12 +13,18 @@
     def build(model_config):
       return tf_keras.Sequential([...])
 
+    @tfm_ext.register_action("notify", phase="eval")
+    def notify(context: tfm_ext.ActionContext):
+      return lambda output: ...  # After every evaluation of every run.
+
 Select the trainer with `--trainer=mine`, `--params_override=trainer.name=mine`
 or the gin binding `tfm_ext.trainer.name = 'mine'`. Experiments and tasks stay
 in TFM's `exp_factory` and `task_factory`. The driver is `tfm_ext.launcher`
 (it defines absl flags, so it is not imported here).
 """
 
+from tfm_ext.actions import ActionContext
+from tfm_ext.actions import register_action
 from tfm_ext.custom_trainer import CustomTrainer
 from tfm_ext.errors import UsageError
 from tfm_ext.models import build_model

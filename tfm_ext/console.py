@@ -46,6 +46,18 @@ def scalars(logs: Mapping[str, Any]) -> Dict[str, float]:
   return out
 
 
+def examples_per_second(steps: int, seconds: float,
+                        global_batch_size: int) -> Optional[float]:
+  """Examples a second of `steps` global batches in `seconds` (None if 0).
+
+  Every replica's step sees `global_batch_size / num_replicas_in_sync`
+  rows, so a step is one global batch whatever the strategy.
+  """
+  if steps <= 0 or seconds <= 0:
+    return None
+  return steps * global_batch_size / seconds
+
+
 def _format_logs(logs: Mapping[str, float]) -> str:
   return " | ".join(f"{k} {v:.4g}" for k, v in logs.items())
 
@@ -90,15 +102,16 @@ class TrainProgress:
       self.time_to_first_step = now - self._start_time
       parts.append(f"first step after {self.time_to_first_step:.1f}s")
     else:
-      steps, seconds = step - self._last[0], now - self._last[1]
-      if steps > 0 and seconds > 0:
-        parts.append(f"{steps * self._batch / seconds:.0f} ex/s")
-      steady_steps = step - self._steady[0]
-      steady_seconds = now - self._steady[1]
-      if steady_steps > 0 and steady_seconds > 0:
-        self.examples_per_second = steady_steps * self._batch / steady_seconds
+      loop_rate = examples_per_second(step - self._last[0],
+                                      now - self._last[1], self._batch)
+      if loop_rate is not None:
+        parts.append(f"{loop_rate:.0f} ex/s")
+      steady_rate = examples_per_second(step - self._steady[0],
+                                        now - self._steady[1], self._batch)
+      if steady_rate is not None:
+        self.examples_per_second = steady_rate
         remaining = max(self._total_steps - step, 0)
-        eta = remaining * steady_seconds / steady_steps
+        eta = remaining * self._batch / steady_rate
         parts.append(f"ETA {_format_duration(eta)}")
     self._last = (step, now)
     print(" | ".join(parts), file=self._stream, flush=True)

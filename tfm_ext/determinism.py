@@ -14,6 +14,8 @@ It sets:
 All three are process-wide and cannot be undone in the process.
 """
 
+from typing import Dict
+
 from absl import logging
 import tensorflow as tf
 import tf_keras
@@ -29,3 +31,23 @@ def apply(runtime) -> bool:
   logging.info("Deterministic mode: seed %d, op determinism, Keras RNG on "
                "tf.random.Generator.", runtime.seed)
   return True
+
+
+def random_generators(model) -> Dict[str, tf.random.Generator]:
+  """The `tf.random.Generator` of each Keras random layer (dropout...).
+
+  Keras keeps them out of checkpoints (for old checkpoints' sake), so a
+  resumed run would draw other dropout masks than an uninterrupted one.
+  They exist when Keras layers use generators (deterministic mode turns
+  that on); they are created here, before the checkpoint is restored.
+  """
+  generators = {}
+  for layer in getattr(model, "submodules", ()):
+    rng = getattr(layer, "_random_generator", None)
+    if rng is None or not hasattr(rng, "_maybe_init"):
+      continue
+    rng._maybe_init()  # pylint: disable=protected-access
+    generator = getattr(rng, "_generator", None)
+    if isinstance(generator, tf.random.Generator):
+      generators[layer.name] = generator
+  return generators

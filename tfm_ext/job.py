@@ -20,6 +20,7 @@ from tfm_ext import driver
 from tfm_ext import modes
 from tfm_ext import preemption
 from tfm_ext import run_summary
+from tfm_ext import strategies
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.run_summary import RunSummary
@@ -31,21 +32,18 @@ def run(plan: driver.Plan,
   request = plan.request
   # Non-chief workers keep their logs out of model_dir (absl's default dir).
   save_log = console.log_to_files(
-      request.model_dir if driver.is_chief_process() else None)
+      request.model_dir if strategies.is_chief_process() else None)
   try:
     with preemption.SignalWatcher() as watcher:
       try:
         summary = driver.run_with_recovery(plan, recovery, watcher)
-      except preemption.Preempted as e:
-        finish(request, e.summary)
-        exit_with(e, preemption.EXIT_CODE, "preempted")
-      except RunFailed as e:
-        logging.info("The run failed.", exc_info=True)  # Log file only.
-        finish(request, e.summary)
-        exit_with(e, RunFailed.EXIT_CODE)
       except UsageError as e:  # Found only once running (continuous_eval).
         exit_with(e, UsageError.EXIT_CODE)
-    finish(request, summary)
+      finish(request, summary)
+    if summary.status == "preempted":
+      exit_with(summary.message, preemption.EXIT_CODE, "preempted")
+    if summary.status == "failed":
+      exit_with(summary.message, RunFailed.EXIT_CODE)
     return summary
   finally:
     # Every way out passes here (the exits above are SystemExit, a second

@@ -193,7 +193,7 @@ def _check_evaluation_only(trained, requested, follow: str) -> None:
 
 # Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.determinism`'s, and
 # whether `mirrored` on one CPU device keeps a one-replica mirror
-# (`tfm_ext.driver.build_strategy`).
+# (`tfm_ext.strategies.build_strategy`).
 RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
                   "mirror_one_device": False}
 

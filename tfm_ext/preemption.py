@@ -16,7 +16,7 @@ GCE metadata server over the network to learn its platform.
 
 import signal
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from absl import logging
 import orbit
@@ -79,15 +79,14 @@ class SaveAndStopIfPreempted:
 
   Args:
     watcher: the `SignalWatcher` in force.
-    checkpoint_manager: returns the run's `tf.train.CheckpointManager`
-      (a callable, since the runner builds it after the actions).
+    checkpoint_manager: the run's `tf.train.CheckpointManager`.
     global_step: the trainer's global step.
     summary_manager: where this loop's output is written before stopping, as
       the controller would have written it after the action.
   """
 
   def __init__(self, *, watcher: SignalWatcher,
-               checkpoint_manager: Callable[[], tf.train.CheckpointManager],
+               checkpoint_manager: tf.train.CheckpointManager,
                global_step: tf.Variable,
                summary_manager: Optional[orbit.utils.SummaryManager] = None):
     self._watcher = watcher
@@ -103,7 +102,7 @@ class SaveAndStopIfPreempted:
       self._summary_manager.write_summaries(
           tf.nest.map_structure(orbit.utils.get_value, output))
       self._summary_manager.flush()
-    manager = self._checkpoint_manager()
+    manager = self._checkpoint_manager
     if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
       manager.save(checkpoint_number=step, check_interval=False)
     manager.sync()
@@ -113,25 +112,21 @@ class SaveAndStopIfPreempted:
 class CoordinatedSaveAndStop:
   """Orbit action for multi-worker jobs: TF's `PreemptionCheckpointHandler`.
 
-  `start()` (once the checkpoint manager exists) installs the handler's
-  SIGTERM watcher; after each loop every worker asks it whether any worker
-  was signalled, and all save at the agreed step, then raise `Preempted`.
+  Built with the checkpoint manager, it installs the handler's SIGTERM
+  watcher; after each loop every worker asks it whether any worker was
+  signalled, and all save at the agreed step, then raise `Preempted`.
   """
 
   def __init__(self, *, strategy: tf.distribute.Strategy,
-               checkpoint_manager: Callable[[], tf.train.CheckpointManager],
+               checkpoint_manager: tf.train.CheckpointManager,
                global_step: tf.Variable):
-    self._strategy = strategy
-    self._checkpoint_manager = checkpoint_manager
     self._global_step = global_step
-    self._handler = None
 
-  def start(self) -> None:
     def stop():
-      raise Preempted(int(self._global_step.numpy()), "SIGTERM on a worker")
+      raise Preempted(int(global_step.numpy()), "SIGTERM on a worker")
 
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        self._strategy.cluster_resolver, self._checkpoint_manager(),
+        strategy.cluster_resolver, checkpoint_manager,
         termination_config=tf.distribute.experimental.TerminationConfig(
             exit_fn=stop, grace_period=0))
 

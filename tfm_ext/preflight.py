@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from official.core import config_definitions
 
-from tfm_ext import custom_trainer
+from tfm_ext import devices as devices_lib
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
 
@@ -23,10 +23,10 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
           evaluates: bool, needs_checkpoint: bool, model_dir: str,
           strategy: tf.distribute.Strategy) -> None:
   """Raises `UsageError` for the first problem a run would hit later."""
-  devices = custom_trainer.local_devices(strategy)
+  devices = devices_lib.local_devices(strategy)
   if (trains and params.runtime.enable_xla
-      and custom_trainer.xla_scope(devices) is None):
-    raise UsageError(custom_trainer.xla_unsupported_message(devices))
+      and devices_lib.xla_scope(devices) is None):
+    raise UsageError(devices_lib.xla_unsupported_message(devices))
   if (trains and params.trainer.train_tf_while_loop
       and not params.trainer.train_tf_function):
     raise UsageError(

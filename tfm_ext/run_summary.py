@@ -37,6 +37,8 @@ class RunSummary:
   trainer: str
   # "completed", "preempted" (checkpoint saved, exit 42) or "failed".
   status: str = "completed"
+  # Why a run was preempted or failed; empty when it completed.
+  message: str = ""
   global_step: int = 0
   train_steps: int = 0
   # The step this process started from, and how many training starts in

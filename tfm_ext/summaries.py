@@ -2,9 +2,9 @@
 
 Orbit writes every loop's (and every evaluation's) outputs through its
 `SummaryManager` with `tf.summary.scalar`: per value a name scope, a
-metadata proto, a read of the global step, an eager op and a writer flush.
-That is about 0.4 ms a value, over 2 ms a loop for five values, on the host
-while the device waits (benchmarks/RESULTS.md). This manager writes the
+metadata proto, a read of the global step, an eager op and a writer flush,
+on the host while the device waits
+(benchmarks/RESULTS.md#default-summary-manager). This manager writes the
 same events (tag, step, float32 tensor, the scalar plugin's metadata), all
 the numeric scalars of one directory as one `Summary` proto in one op, with
 the step read once.

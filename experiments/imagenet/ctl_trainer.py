@@ -26,6 +26,7 @@ from absl import logging
 import tensorflow as tf
 
 import tfm_ext
+from tfm_ext import console
 
 
 @dataclasses.dataclass
@@ -123,7 +124,8 @@ class ResnetCtlTrainer(tfm_ext.CustomTrainer):
     steps = step - start_step
     if steps >= self._log_steps:
       seconds = time.time() - start_time
-      examples_per_second = steps * self._global_batch / seconds
+      examples_per_second = console.examples_per_second(
+          steps, seconds, self._global_batch)
       logging.info("TimeHistory: %.2f seconds, %.2f examples/second between "
                    "steps %d and %d", seconds, examples_per_second,
                    start_step, step)

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from official.core import config_definitions as cfg
 from official.legacy.image_classification.resnet import imagenet_preprocessing
-from tfm_ext import custom_trainer
+from tfm_ext import devices
 
 NUM_TRAIN_IMAGES = imagenet_preprocessing.NUM_IMAGES["train"]
 NUM_VALIDATION_IMAGES = imagenet_preprocessing.NUM_IMAGES["validation"]
@@ -71,10 +71,10 @@ class ImageNetDataConfig(cfg.DataConfig):
     autotune: tf.data's autotuning of parallelism and buffers; off unless
       True. Off, every AUTOTUNE parallelism is one call per thread of the
       pool the pipeline runs on (`private_threadpool_size` threads, else one
-      per core) from the first image. On 2 cores evaluation runs at 1.05x
-      to 1.13x the images/s of autotuning: a fresh iterator for one finite
-      pass ends before autotuning settles. Training ties: 0.985x to 1.045x
-      over runs (benchmarks/RESULTS.md); off, its prefetch stays bounded.
+      per core) from the first image: a fresh iterator for one finite
+      evaluation pass ends before autotuning settles, and off, prefetching
+      stays bounded (benchmarks/RESULTS.md#default-no-autotune and
+      #default-no-autotune-eval).
       tf.data's own default when off is at most 16 calls at once, which
       would starve a host with more cores. Prefetching is fixed then
       (`PREFETCH_BATCHES`).
@@ -121,7 +121,7 @@ def dataset_options(config: ImageNetDataConfig) -> tf.data.Options:
     options.autotune.enabled = False
     # A pool tfm_ext's trainer gives the input later caps this in turn.
     options.autotune.initial_parallelism = (
-        config.private_threadpool_size or custom_trainer.usable_cores())
+        config.private_threadpool_size or devices.usable_cores())
   return options
 
 

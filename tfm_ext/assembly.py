@@ -1,0 +1,207 @@
+"""Builds every part of a run, in order, before any of them runs.
+
+    task -> trainer -> checkpoint manager -> summary managers -> actions
+         -> Orbit controller (which restores the latest checkpoint)
+
+Each part is built from the ones before it, so nothing is bound late: the
+actions get the checkpoint manager itself, and the controller gets them all.
+`assemble` writes nothing into `model_dir`; `tfm_ext.driver.run` does, once
+the parts exist.
+"""
+
+import dataclasses
+import os
+import tempfile
+from typing import List, Optional
+
+from absl import logging
+import orbit
+import tensorflow as tf
+
+from official.core import actions as tfm_actions
+from official.core import base_task
+from official.core import base_trainer
+from official.core import task_factory
+from official.core import train_utils
+from official.modeling import performance
+
+from tfm_ext import actions
+from tfm_ext import best_checkpoint
+from tfm_ext import checkpointing
+from tfm_ext import console
+from tfm_ext import determinism
+from tfm_ext import preemption
+from tfm_ext import strategies
+from tfm_ext import summaries
+
+
+@dataclasses.dataclass
+class Parts:
+  """A run's assembled parts; `controller` runs the mode."""
+  task: base_task.Task
+  trainer: base_trainer.Trainer
+  checkpoint_manager: Optional[tf.train.CheckpointManager]
+  controller: orbit.Controller
+  progress: console.TrainProgress
+  eval_progress: console.EvalProgress
+  # Where this process writes: model_dir for the chief, else a temp dir.
+  write_dir: str
+  chief: bool
+  deterministic: bool
+  # The global step once the controller restored (0 for a fresh run).
+  restored_step: int
+
+
+class FirstStepThenEvery:
+  """`steps_per_loop` for Orbit: one step first, then back on the grid.
+
+  The first loop of a process runs a single step, so the console shows
+  progress (and the summary records time to first step) as soon as the step
+  function is traced; each later loop ends on a multiple of `steps_per_loop`,
+  so checkpoint and summary cadence stay those of the config.
+  """
+
+  def __init__(self, steps_per_loop: int):
+    self._steps_per_loop = steps_per_loop
+    self._first = True
+
+  def __call__(self, global_step: int) -> int:
+    if self._first:
+      self._first = False
+      return 1
+    return self._steps_per_loop - global_step % self._steps_per_loop
+
+
+def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
+  """Builds the parts of `plan` (a `tfm_ext.driver.Plan`)."""
+  request, mode, strategy = plan.request, plan.mode, plan.strategy
+  params, model_dir = request.params, request.model_dir
+  deterministic = determinism.apply(params.runtime)
+  chief = strategy.extended.should_checkpoint
+  # Every worker takes part in saving (variables may sync on read), but only
+  # the chief writes where a user looks; the others write to a temp dir.
+  write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
+  if params.runtime.mixed_precision_dtype:
+    performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+
+  with strategy.scope():
+    task = task_factory.get_task(params.task, logging_dir=write_dir)
+    exporter = (best_checkpoint.maybe_create(params, write_dir)
+                if mode.evaluates else None)
+    trainer = train_utils.create_trainer(
+        params, task, train=mode.trains, evaluate=mode.evaluates,
+        checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
+  logging.info("tf.data: %d private thread(s) for this run's input (0: "
+               "tf.data's own pool)", getattr(trainer, "input_threads", 0))
+
+  restored_elsewhere = _restore_on_every_worker(trainer, model_dir, strategy)
+  manager = checkpointing.build_manager(
+      trainer, write_dir, params.trainer,
+      evaluates_only=not mode.trains,
+      # A non-chief restored above: its init_fn (pretrained weights, say)
+      # must not overwrite that.
+      init_fn=None if restored_elsewhere and not chief else trainer.initialize,
+      max_to_keep=params.trainer.max_to_keep if chief else 1)
+
+  step = strategies.host_readable(trainer.global_step, strategy)
+  summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
+      "train", params.trainer.validation_summary_subdir)]
+  train_summaries, eval_summaries = (
+      summaries.ScalarSummaryManager(d, tf.summary.scalar, global_step=step)
+      for d in summary_dirs)
+  progress = console.TrainProgress(
+      global_step=step, total_steps=params.trainer.train_steps,
+      global_batch_size=params.task.train_data.global_batch_size,
+      start_time=request.start_time)
+  eval_progress = console.EvalProgress(global_step=step)
+  context = actions.ActionContext(
+      params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
+      checkpoint_manager=manager, strategy=strategy, chief=chief)
+  train_actions = (_train_actions(context, progress, train_summaries, watcher)
+                   if mode.trains else [])
+  eval_actions = [eval_progress] + _eval_actions(
+      context, eval_summaries, watcher, trains=mode.trains)
+
+  console.quiet_orbit_controller()
+  controller = orbit.Controller(  # Restores the latest checkpoint, if any.
+      strategy=strategy,
+      trainer=trainer if mode.trains else None,
+      evaluator=trainer,
+      global_step=step,
+      steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
+      checkpoint_manager=manager,
+      summary_dir=summary_dirs[0],
+      eval_summary_dir=summary_dirs[1],
+      summary_interval=params.trainer.summary_interval,
+      summary_manager=train_summaries,
+      eval_summary_manager=eval_summaries,
+      train_actions=train_actions,
+      eval_actions=eval_actions)
+  restored_step = int(step.numpy())
+  checkpointing.count_interval_from(manager, restored_step)
+  return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
+               controller=controller, progress=progress,
+               eval_progress=eval_progress, write_dir=write_dir, chief=chief,
+               deterministic=deterministic, restored_step=restored_step)
+
+
+def _restore_on_every_worker(trainer, model_dir: str,
+                             strategy: tf.distribute.Strategy) -> bool:
+  """Restores the latest checkpoint on every worker of a multi-worker run.
+
+  Restoring creates optimizer slots, each a collective broadcast, so all
+  workers restore here, in the same order. A non-chief's checkpoint manager
+  is in an empty temp dir: without this it would start from its initial
+  weights. Returns whether it restored.
+  """
+  latest = tf.train.latest_checkpoint(model_dir)
+  if not (latest and strategies.is_multi_worker(strategy)):
+    return False
+  with strategy.scope():
+    trainer.checkpoint.restore(latest).expect_partial()
+  return True
+
+
+def _train_actions(context: actions.ActionContext, progress, summary_manager,
+                   watcher) -> List[actions.Action]:
+  """Non-finite check, progress, TFM's, save-and-stop, then registered ones.
+
+  The save-and-stop action comes after every action that may fail the loop,
+  so a preempted run never saves a loop that failed.
+  """
+  trainer, strategy = context.trainer, context.strategy
+  check = actions.NonFiniteLossCheck(
+      loss_name=trainer.train_loss.name, global_step=trainer.global_step,
+      start_step=int(trainer.global_step.numpy()),
+      input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
+                                  False))
+  tfm = tfm_actions.get_train_actions(
+      context.params, trainer, context.model_dir,
+      checkpoint_manager=context.checkpoint_manager)
+  if strategies.is_multi_worker(strategy):
+    stop = preemption.CoordinatedSaveAndStop(
+        strategy=strategy, global_step=trainer.global_step,
+        checkpoint_manager=context.checkpoint_manager)
+  else:
+    stop = preemption.SaveAndStopIfPreempted(
+        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+        global_step=trainer.global_step, summary_manager=summary_manager)
+  return ([check, progress] + tfm + [stop]
+          + actions.registered("train", context))
+
+
+def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
+                  trains: bool) -> List[actions.Action]:
+  """TFM's, save-and-stop for a training job, then registered ones.
+
+  An evaluator never writes checkpoints: only training modes save.
+  """
+  tfm = tfm_actions.get_eval_actions(context.params, context.trainer,
+                                     context.model_dir)
+  stop = []
+  if trains and not strategies.is_multi_worker(context.strategy):
+    stop = [preemption.SaveAndStopIfPreempted(
+        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+        global_step=context.trainer.global_step,
+        summary_manager=summary_manager)]
+  return tfm + stop + actions.registered("eval", context)

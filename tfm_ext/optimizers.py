@@ -1,0 +1,27 @@
+"""The optimizers of a trainer, by stable name, and their learning rates."""
+
+from typing import Any, Mapping, Optional
+
+import tensorflow as tf
+
+
+def named_optimizers(optimizer) -> Mapping[str, Any]:
+  """Returns `{name: optimizer}`; a composite optimizer yields its parts.
+
+  A composite optimizer (TFRS's `CompositeOptimizer`, the RankingTrainer case)
+  exposes `optimizers` as a list or a dict. List entries are named
+  `<index>_<ClassName>`, which stays the same from run to run.
+  """
+  parts = getattr(optimizer, "optimizers", None)
+  if hasattr(parts, "items"):  # A dict, or tf.Module's tracking wrapper of one.
+    return dict(parts.items())
+  if isinstance(parts, (list, tuple)) and parts:
+    return {f"{i}_{type(opt).__name__}": opt for i, opt in enumerate(parts)}
+  return {"": optimizer}
+
+def current_learning_rate(optimizer, global_step: tf.Variable) -> Optional[Any]:
+  lr = optimizer.learning_rate
+  if callable(lr):
+    step = getattr(optimizer, "iterations", None)
+    return lr(global_step if step is None else step)
+  return lr

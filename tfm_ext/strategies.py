@@ -1,0 +1,94 @@
+"""The run's `tf.distribute.Strategy`: built, described, and who is chief."""
+
+import json
+import os
+
+from absl import logging
+import tensorflow as tf
+
+from official.common import distribute_utils
+from official.core import config_definitions
+
+
+def build_strategy(params: config_definitions.ExperimentConfig):
+  """Returns the `tf.distribute.Strategy` that `params.runtime` asks for.
+
+  TFM's semantics, with two changes to `mirrored` with `num_gpus=0`:
+
+  * over several logical CPU devices (a process that split its CPU with
+    `tf.config.set_logical_device_configuration`) it mirrors over all of
+    them, where TFM uses CPU:0 only;
+  * in a process with one CPU device and no GPU, it returns the default
+    strategy, as `off` does, where TFM builds a one-replica
+    `MirroredStrategy` that adds a per-step cost
+    (benchmarks/RESULTS.md#default-no-one-replica-mirror) and nothing else:
+    the same data and math, bit for bit, and checkpoints that either
+    restores. Only random ops in
+    replica context (Keras's generator-backed dropout) draw from another
+    stream.
+    `runtime.mirror_one_device=true` keeps TFM's mirror, to exercise
+    replica-context code on a laptop.
+  """
+  runtime = params.runtime
+  if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
+    # Listing devices starts the runtime, so only here: a multi-worker
+    # strategy must be made before that.
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) > 1:
+      return tf.distribute.MirroredStrategy([d.name for d in cpus])
+    # With a GPU in the process the default strategy would place the steps
+    # there; TFM's mirror keeps them on the CPU that `num_gpus=0` asks for.
+    if not (getattr(runtime, "mirror_one_device", False)
+            or tf.config.list_logical_devices("GPU")):
+      logging.info("runtime.distribution_strategy=mirrored on one CPU device: "
+                   "no strategy (runtime.mirror_one_device=true keeps TFM's "
+                   "one-replica MirroredStrategy).")
+      return tf.distribute.get_strategy()
+  return distribute_utils.get_distribution_strategy(
+      distribution_strategy=runtime.distribution_strategy,
+      all_reduce_alg=runtime.all_reduce_alg,
+      num_gpus=runtime.num_gpus,
+      num_packs=runtime.num_packs,
+      tpu_address=runtime.tpu)
+
+def describe_strategy(strategy: tf.distribute.Strategy) -> str:
+  """`MirroredStrategy`, ..., or `none` for the default strategy."""
+  name = type(strategy).__name__
+  return "none" if name == "_DefaultDistributionStrategy" else name
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+  """Whether `strategy` spans several workers (processes)."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  return bool(resolver and resolver.cluster_spec().jobs
+              and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+def is_chief_process() -> bool:
+  """Whether this process is the chief, from `TF_CONFIG` (before a strategy).
+
+  The chief is the `chief` task, or worker 0 of a cluster without one.
+  """
+  config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+  task = config.get("task", {})
+  if not config.get("cluster") or not task:
+    return True
+  if "chief" in config["cluster"]:
+    return task.get("type") == "chief"
+  return task.get("type") == "worker" and int(task.get("index", 0)) == 0
+
+def host_readable(global_step: tf.Variable,
+                  strategy: tf.distribute.Strategy) -> tf.Variable:
+  """A variable that reads as `global_step` and is cheaper to read.
+
+  The controller, the summaries and the progress line read the step about
+  ten times a loop. A `MirroredVariable`'s `numpy()` goes through the
+  distribution machinery, several times slower than reading its first
+  local component (benchmarks/RESULTS.md#default-host-readable-step),
+  which holds the same value (every replica's copy is updated
+  with the first replica's, and a cross-replica read returns one of them).
+  Other strategies' variables are returned as they are.
+  """
+  if (isinstance(global_step, tf.distribute.DistributedValues)
+      and isinstance(strategy, (tf.distribute.MirroredStrategy,
+                                tf.distribute.MultiWorkerMirroredStrategy))):
+    return strategy.experimental_local_results(global_step)[0]
+  return global_step
