@@ -11,8 +11,10 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "launchers", "train.py")
 DOWNSTREAM_TRAIN = os.path.join(REPO, "tests", "downstream", "train.py")
-# The same launcher on two logical CPU devices: `mirrored` gets 2 replicas.
-TWO_CPUS_TRAIN = os.path.join(REPO, "tests", "downstream", "train_two_cpus.py")
+# The launcher with the test doubles (tests/doubles.py) registered, and the
+# same on two logical CPU devices, where `mirrored` gets 2 replicas.
+DOUBLES_TRAIN = os.path.join(REPO, "tests", "doubles_train.py")
+TWO_CPUS_TRAIN = os.path.join(REPO, "tests", "doubles_train_two_cpus.py")
 
 # A short digits_convnet run: 40 steps, evaluation every 20.
 SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"
@@ -135,6 +137,7 @@ def run_in_process(data_dir):
   """
   import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
   import downstream_registry  # pylint: disable=g-import-not-at-top,unused-import
+  import doubles  # pylint: disable=g-import-not-at-top,unused-import
   from tfm_ext import driver, params as params_lib  # pylint: disable=g-import-not-at-top
 
   def run(experiment, mode, model_dir, override="", trainer=""):

@@ -1,9 +1,10 @@
 """Data-parallel batches: each replica's step sees global / replicas rows.
 
-The rows are counted inside `task.train_step` (the downstream `digits_rows`
-task's metrics), so these tests check what the model trained on, not what a
-pipeline was configured to yield. Multi-worker runs (two loopback workers,
-32 rows each of a global 64) are checked in test_multi_worker.py.
+The rows are counted inside `task.train_step` (the metrics of the
+`digits_rows` test double), so these tests check what the model trained
+on, not what a pipeline was configured to yield. Multi-worker runs (two
+loopback workers, 32 rows each of a global 64) are checked in
+test_multi_worker.py.
 """
 
 import json
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import DOWNSTREAM_TRAIN, REPO, TWO_CPUS_TRAIN
+from conftest import DOUBLES_TRAIN, REPO, TWO_CPUS_TRAIN
 
 GLOBAL_BATCH = 16
 LOOP = 10
@@ -43,7 +44,7 @@ def test_mirrored_replicas_each_train_on_their_share_of_the_global_batch(
 def test_one_replica_trains_on_the_whole_global_batch(launch, tmp_path):
   result = launch("--experiment=digits_rows", "--mode=train",
                   f"--params_override={OVERRIDE}", model_dir=tmp_path,
-                  script=DOWNSTREAM_TRAIN)
+                  script=DOUBLES_TRAIN)
   assert result.returncode == 0, result
   metrics = result.summary()["train_metrics"]
   assert metrics["rows_per_replica"] == GLOBAL_BATCH

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import DOWNSTREAM_TRAIN, SMOKE
+from conftest import DOUBLES_TRAIN, SMOKE
 
 TRAINED = SMOKE.replace("train_steps=40", "train_steps=30")
 WARNING = "Value in checkpoint could not be found"
@@ -25,7 +25,7 @@ def trained(tmp_path_factory, data_dir):
   cmd, env = _command(("--experiment=digits_convnet", "--mode=train",
                        "--trainer=eval_marking",
                        f"--params_override={TRAINED}"),
-                      model_dir, DOWNSTREAM_TRAIN, data_dir, None)
+                      model_dir, DOUBLES_TRAIN, data_dir, None)
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                         timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -49,7 +49,7 @@ def test_continuous_eval_runs_the_trainers_trainer_and_keeps_its_summary(
   model_dir = copy_of(trained, tmp_path)
   before = read(model_dir, "run_summary.json")
   result = launch("--experiment=digits_convnet", "--mode=continuous_eval",
-                  model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                  model_dir=model_dir, script=DOUBLES_TRAIN)
   assert result.returncode == 0, result
   evaluated = read(model_dir, "eval_summary.json")
   assert evaluated["mode"] == "continuous_eval"
@@ -68,7 +68,7 @@ def test_eval_may_change_evaluation_fields(launch, trained, tmp_path):
   model_dir = copy_of(trained, tmp_path)
   result = launch("--experiment=digits_convnet", "--mode=eval",
                   "--params_override=trainer.validation_steps=1",
-                  model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                  model_dir=model_dir, script=DOUBLES_TRAIN)
   assert result.returncode == 0, result
   evaluated = read(model_dir, "eval_summary.json")
   assert evaluated["trainer"] == "eval_marking"
@@ -89,7 +89,7 @@ def test_an_evaluator_refuses_to_change_the_trainers_config(
   model_dir = copy_of(trained, tmp_path)
   listing = sorted(os.listdir(model_dir))
   result = launch("--experiment=digits_convnet", "--mode=eval", flag,
-                  model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                  model_dir=model_dir, script=DOUBLES_TRAIN)
   assert result.returncode == 2, result
   errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
   assert errors[0].startswith("error: An evaluator follows the trainer's "
@@ -102,11 +102,11 @@ def test_an_evaluator_started_before_its_trainer_follows_it(
     start, launch, tmp_path):
   model_dir = tmp_path / "m"
   evaluator = start("--experiment=digits_convnet", "--mode=continuous_eval",
-                    model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                    model_dir=model_dir, script=DOUBLES_TRAIN)
   evaluator.wait_for_line(lambda l: l.startswith("waiting up to"))
   trainer = launch("--experiment=digits_convnet", "--mode=train",
                    "--trainer=eval_marking", f"--params_override={TRAINED}",
-                   model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                   model_dir=model_dir, script=DOUBLES_TRAIN)
   assert trainer.returncode == 0, trainer
   evaluated = evaluator.finish(timeout=120)
   assert evaluated.returncode == 0, evaluated

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import DOWNSTREAM_TRAIN, TWO_CPUS_TRAIN, numeric_tensors
+from conftest import DOUBLES_TRAIN, TWO_CPUS_TRAIN, numeric_tensors
 from tfm_ext import devices
 
 STEPS = 150
@@ -52,7 +52,7 @@ def uninterrupted(tmp_path_factory, data_dir):
   from conftest import _command, Result  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path_factory.mktemp("uninterrupted")
-  cmd, env = _command(args(), model_dir, DOWNSTREAM_TRAIN, data_dir, None)
+  cmd, env = _command(args(), model_dir, DOUBLES_TRAIN, data_dir, None)
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                         timeout=300)
   result = Result(proc, str(model_dir))
@@ -72,13 +72,13 @@ def test_killed_at_random_steps_and_resumed_is_bitwise_identical(
   late = rng.choice([110, 120, 130])
   model_dir = tmp_path / "interrupted"
   run_args = args()
-  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
             rf"step {mid_epoch}/", signal.SIGKILL)
-  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
             r"eval begins @ step (50|100)", signal.SIGKILL)
-  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args,
+  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
             rf"step {late}/", signal.SIGTERM)
-  final = launch(*run_args, model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  final = launch(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert final.summary()["resumes"] >= 2
   assert differing(uninterrupted, model_dir) == [], (mid_epoch, late)
@@ -90,9 +90,9 @@ def test_without_iterator_state_a_resume_is_not_exact(
   """The check above can fail: leaving the iterator out breaks exactness."""
   model_dir = tmp_path / "no_iterator"
   run_args = args("trainer.checkpoint_input_iterator=false")
-  interrupt(start, model_dir, DOWNSTREAM_TRAIN, run_args, r"step 30/",
+  interrupt(start, model_dir, DOUBLES_TRAIN, run_args, r"step 30/",
             signal.SIGKILL)
-  final = launch(*run_args, model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+  final = launch(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert final.summary()["input_in_checkpoint"] is False
   assert differing(uninterrupted, model_dir)
@@ -108,11 +108,11 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
   run's tf.data pool has another size too: the data stay the same."""
   no_dropout = "task.model.dropout_rate=0.0"
   reference = launch(*args(no_dropout), model_dir=tmp_path / "none",
-                     script=DOWNSTREAM_TRAIN)
+                     script=DOUBLES_TRAIN)
   assert reference.returncode == 0, reference
   assert strategy(reference) == ("none", 1)
   model_dir = tmp_path / "mirror_then_none"
-  stopped = interrupt(start, model_dir, DOWNSTREAM_TRAIN,
+  stopped = interrupt(start, model_dir, DOUBLES_TRAIN,
                       args(no_dropout, "runtime.mirror_one_device=true"),
                       r"step 70/", signal.SIGTERM)
   assert strategy(stopped) == ("MirroredStrategy", 1)
@@ -120,7 +120,7 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
   threads = max(1, devices.usable_cores() // 2) + 1
   final = launch(*args(no_dropout,
                        f"runtime.dataset_num_private_threads={threads}"),
-                 model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+                 model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert strategy(final) == ("none", 1)
   assert reference.summary()["input_threads"] != threads

@@ -8,7 +8,7 @@ import socket
 import pytest
 import tensorflow as tf
 
-from conftest import DOWNSTREAM_TRAIN
+from conftest import DOUBLES_TRAIN
 
 STEPS = 100
 OVERRIDE = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
@@ -41,7 +41,7 @@ def worker_env(ports, index):
 
 def start_workers(start, model_dir, ports, override=MULTI):
   return [start(*ARGS, f"--params_override={override}", model_dir=model_dir,
-                env=worker_env(ports, i), script=DOWNSTREAM_TRAIN)
+                env=worker_env(ports, i), script=DOUBLES_TRAIN)
           for i in range(len(ports))]
 
 
@@ -49,7 +49,7 @@ def start_workers(start, model_dir, ports, override=MULTI):
 def test_two_workers_train_like_one_worker_and_only_chief_writes(
     start, launch, tmp_path):
   single = launch(*ARGS, f"--params_override={OVERRIDE}",
-                  model_dir=tmp_path / "single", script=DOWNSTREAM_TRAIN)
+                  model_dir=tmp_path / "single", script=DOUBLES_TRAIN)
   assert single.returncode == 0, single
 
   model_dir = tmp_path / "multi"

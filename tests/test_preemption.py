@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import DOWNSTREAM_TRAIN, numeric_tensors
+from conftest import DOUBLES_TRAIN, numeric_tensors
 
 SPL = 10  # steps_per_loop
 RUN = ("--experiment=digits_convnet", "--mode=train_and_eval",
@@ -63,7 +63,7 @@ def test_transient_error_rebuilds_and_resumes_in_process(launch, tmp_path):
                "--restart_backoff_seconds=0.1",
                "--params_override=trainer.train_steps=60,"
                "trainer.steps_per_loop=10,trainer.checkpoint_interval=10",
-               model_dir=tmp_path / "m", script=DOWNSTREAM_TRAIN,
+               model_dir=tmp_path / "m", script=DOUBLES_TRAIN,
                env={"FLAKY_AT_STEP": "30"})
   assert run.returncode == 0, run
   assert ("restart 1/3 after UnavailableError: injected: a peer became "
@@ -80,7 +80,7 @@ def test_transient_errors_beyond_max_restarts_fail(launch, tmp_path):
   run = launch("--experiment=digits_convnet", "--mode=train", "--trainer=flaky",
                "--max_restarts=0",
                "--params_override=trainer.train_steps=40,trainer.steps_per_loop=10",
-               model_dir=tmp_path / "m", script=DOWNSTREAM_TRAIN)
+               model_dir=tmp_path / "m", script=DOUBLES_TRAIN)
   assert run.returncode != 0
   assert "UnavailableError" in run.stderr and "Traceback" in run.stderr
 
@@ -92,7 +92,7 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
               "trainer.checkpoint_interval=10,task.nan_at_step=25,"
               "trainer.steps_per_loop=")
   run = launch("--experiment=digits_nan", "--mode=train", override + "10",
-               model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+               model_dir=model_dir, script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "not finite (NaN or inf) in steps 21-30 (one loop)" in run.stderr, run
   assert "trainer.steps_per_loop=1" in run.stderr
@@ -105,7 +105,7 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
   assert run.summary()["status"] == "failed"
   # As the message says: one step a loop from the last checkpoint.
   run = launch("--experiment=digits_nan", "--mode=train", override + "1",
-               model_dir=model_dir, script=DOWNSTREAM_TRAIN)
+               model_dir=model_dir, script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "not finite (NaN or inf) at step 25." in run.stderr, run
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
@@ -114,7 +114,7 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
                override.replace("--params_override=",
                                 "--params_override=trainer.checkpoint_input_"
                                 "iterator=false,") + "10",
-               model_dir=tmp_path / "no_iterator", script=DOWNSTREAM_TRAIN)
+               model_dir=tmp_path / "no_iterator", script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "in steps 21-30 (one loop)" in run.stderr, run
   assert "a resumed run may read other batches" in run.stderr, run

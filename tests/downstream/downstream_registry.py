@@ -1,11 +1,11 @@
 """A downstream project's registrations, as a repository built on tfm_ext has.
 
 Registers a trainer that records its hook calls, and an experiment whose
-model trains with two optimizers (the RankingTrainer case).
+model trains with two optimizers (the RankingTrainer case). The suite's
+test doubles (failing, NaN, row-counting...) are in tests/doubles.py.
 """
 
 import dataclasses
-import os
 
 import tensorflow as tf
 import tf_keras
@@ -96,119 +96,8 @@ class TwoOptimizerTask(digits_convnet.DigitsTask):
     return {self.loss: loss}
 
 
-def digits_with(task_config) -> cfg.ExperimentConfig:
-  """digits_convnet's experiment with another task config."""
+@exp_factory.register_config_factory("digits_two_optimizers")
+def two_optimizers_config() -> cfg.ExperimentConfig:
   config = digits_convnet.get_config()
-  config.task = task_config
+  config.task = TwoOptimizerTaskConfig()
   return config
-
-
-exp_factory.register_config_factory("digits_two_optimizers")(
-    lambda: digits_with(TwoOptimizerTaskConfig()))
-
-
-@tfm_ext.register_trainer("flaky")
-class FlakyTrainer(tfm_ext.CustomTrainer):
-  """Raises a transient `UnavailableError` once per process, at a step.
-
-  The step is `$FLAKY_AT_STEP` (default 20). An in-process restart builds a
-  new trainer, which does not raise again.
-  """
-
-  raised = False
-
-  def train_loop_end(self):
-    logs = super().train_loop_end()
-    at_step = int(os.environ.get("FLAKY_AT_STEP", "20"))
-    if not FlakyTrainer.raised and self.global_step.numpy() >= at_step:
-      FlakyTrainer.raised = True
-      raise tf.errors.UnavailableError(None, None,
-                                       "injected: a peer became unavailable")
-    return logs
-
-
-@dataclasses.dataclass
-class NanTaskConfig(digits_convnet.DigitsTaskConfig):
-  nan_at_step: int = 25
-
-
-@task_factory.register_task_cls(NanTaskConfig)
-class NanTask(digits_convnet.DigitsTask):
-  """Its loss is NaN at step `nan_at_step`; the NaN gradients spoil the weights."""
-
-  def train_step(self, inputs, model, optimizer, metrics=None):
-    images, labels = inputs
-    with tf.GradientTape() as tape:
-      outputs = model(images, training=True)
-      loss = self.build_losses(labels, outputs)
-      at_step = tf.equal(optimizer.iterations + 1, self.task_config.nan_at_step)
-      # Not tf.where(at_step, loss * nan, loss): its gradient is NaN always.
-      loss *= tf.where(at_step, float("nan"), 1.0)
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return {self.loss: loss}
-
-
-exp_factory.register_config_factory("digits_nan")(
-    lambda: digits_with(NanTaskConfig()))
-
-
-@tfm_ext.register_trainer("announcing")
-class AnnouncingTrainer(tfm_ext.CustomTrainer):
-  """Prints a line when an evaluation begins, so a test can kill it there."""
-
-  def eval_begin(self):
-    print(f"eval begins @ step {int(self.global_step.numpy())}", flush=True)
-    return super().eval_begin()
-
-
-class _CountsRows:
-  """A Keras metric that takes the number of rows of each batch as its value."""
-
-  def update_state(self, y_true, y_pred=None, sample_weight=None):
-    del y_pred, sample_weight
-    return super().update_state(tf.cast(tf.shape(y_true)[0], tf.float32))
-
-
-class RowsPerReplica(_CountsRows, tf_keras.metrics.Mean):
-  """The mean number of rows a replica's training step sees."""
-
-
-class ExamplesSeen(_CountsRows, tf_keras.metrics.Sum):
-  """The rows all replicas trained on since the last reset (a loop)."""
-
-
-@dataclasses.dataclass
-class RowCountingTaskConfig(digits_convnet.DigitsTaskConfig):
-  pass
-
-
-@task_factory.register_task_cls(RowCountingTaskConfig)
-class RowCountingTask(digits_convnet.DigitsTask):
-  """digits_convnet whose training metrics count the rows each replica sees.
-
-  `rows_per_replica` (a mean over replicas and steps) and `examples_seen`
-  (the loop's rows summed over replicas) are read in replica context, inside
-  `task.train_step`: what the model really trained on.
-  """
-
-  def build_metrics(self, training: bool = True):
-    metrics = super().build_metrics(training)
-    if training:
-      metrics += [RowsPerReplica(name="rows_per_replica"),
-                  ExamplesSeen(name="examples_seen")]
-    return metrics
-
-
-exp_factory.register_config_factory("digits_rows")(
-    lambda: digits_with(RowCountingTaskConfig()))
-
-
-@tfm_ext.register_trainer("eval_marking")
-class EvalMarkingTrainer(tfm_ext.CustomTrainer):
-  """Adds `downstream/eval_marked` to every evaluation's logs."""
-
-  def eval_end(self, aggregated_logs=None):
-    logs = super().eval_end(aggregated_logs)
-    logs["downstream/eval_marked"] = 1.0
-    return logs

@@ -1,4 +1,4 @@
-"""The downstream launcher on two logical CPU devices (two replicas)."""
+"""The doubles launcher on two logical CPU devices (two replicas)."""
 import tensorflow as tf
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
@@ -6,5 +6,5 @@ tf.config.set_logical_device_configuration(
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 import tfm_ext.launcher
-import downstream_registry  # pylint: disable=unused-import
+import doubles  # pylint: disable=unused-import
 app.run(tfm_ext.launcher.main)

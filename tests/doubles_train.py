@@ -1,0 +1,5 @@
+"""The launcher with the suite's test doubles registered (tests/doubles.py)."""
+from absl import app
+import tfm_ext.launcher
+import doubles  # pylint: disable=unused-import
+app.run(tfm_ext.launcher.main)
