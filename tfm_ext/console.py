@@ -26,7 +26,12 @@ from tfm_ext import _files
 
 
 def quiet_orbit_controller() -> None:
-  """Sends Orbit's controller lines to the absl log only, not also stdout."""
+  """Sends Orbit's controller lines to the absl log only, not also stdout.
+
+  Orbit prints and logs each line through its module's `_log` and has no
+  public switch; the progress actions print their own lines, so each event
+  would reach the console twice. This is the one place that replaces it.
+  """
   orbit_controller._log = logging.info  # pylint: disable=protected-access
 
 

@@ -117,6 +117,14 @@ class EvalLedger:
                   if e["status"] == "evaluated")
 
 
+def no_checkpoint_error(model_dir: str, timeout: float) -> UsageError:
+  """What an evaluator that waited `timeout` seconds for a trainer says."""
+  return UsageError(
+      f"No checkpoint appeared in {model_dir!r} within "
+      f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
+      "running and writing to the same --model_dir?")
+
+
 def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
                           eval_steps: int, train_steps: int, timeout: float,
                           should_stop: Callable[[], bool] = lambda: False,
@@ -153,10 +161,7 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
     waited = clock() - last_new
     if waited > timeout:
       if not ledger.entries:
-        raise UsageError(
-            f"No checkpoint appeared in {model_dir!r} within "
-            f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
-            "running and writing to the same --model_dir?")
+        raise no_checkpoint_error(model_dir, timeout)
       logging.warning("No new checkpoint for %.0f s; stopping.", waited)
       break
     sleep(POLL_SECONDS)

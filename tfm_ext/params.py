@@ -28,6 +28,7 @@ from official.core import train_utils
 from official.modeling import hyperparams
 
 from tfm_ext import config_drift
+from tfm_ext import continuous_eval
 from tfm_ext import registry
 from tfm_ext import trainers
 from tfm_ext.errors import UsageError
@@ -161,16 +162,20 @@ def await_trainer_params(model_dir: str, timeout: float,
 
   Returns at once if `model_dir` has a `params.yaml` or a checkpoint (one
   written without a params.yaml is evaluated as the flags describe), else
-  polls every second for a `params.yaml`, for at most `timeout` seconds;
-  returns "" if none came.
+  polls every second for a `params.yaml`, for at most `timeout` seconds.
+
+  Raises:
+    UsageError: nothing came within `timeout` (the evaluator's own timeout:
+      it would find no checkpoint either).
   """
   deadline = clock() + timeout
   announced = False
   while True:
     follow = trainer_params(model_dir)
-    if (follow or tf.train.latest_checkpoint(model_dir)
-        or clock() >= deadline):
+    if follow or tf.train.latest_checkpoint(model_dir):
       return follow
+    if clock() >= deadline:
+      raise continuous_eval.no_checkpoint_error(model_dir, timeout)
     if not announced:
       announced = True
       print(f"waiting up to {timeout:.0f}s for a trainer's params.yaml in "
