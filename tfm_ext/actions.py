@@ -30,8 +30,11 @@ from typing import Any, Callable, List, Mapping, Optional
 import orbit
 import tensorflow as tf
 
+from official.core import actions as tfm_actions
 from official.core import config_definitions
+from official.modeling import optimization
 
+from tfm_ext import optimizers
 from tfm_ext import registry
 from tfm_ext.errors import RunFailed
 
@@ -74,6 +77,35 @@ def registered(phase: str, context: ActionContext) -> List[Action]:
   built = (ACTIONS[phase].get(name)(context)
            for name in ACTIONS[phase].names())
   return [action for action in built if action is not None]
+
+
+class EMACheckpointing(tfm_actions.EMACheckpointing):
+  """TFM's action that saves the averaged weights, with any strategy.
+
+  TFM's swaps the weights with `swap_weights`, which needs a strategy's
+  cross-replica context; this one swaps with `optimizers.swap_ema_weights`,
+  so EMA also works without a strategy.
+  """
+
+  def __call__(self, output: Output) -> None:
+    del output
+    optimizers.swap_ema_weights(self._optimizer)
+    self._checkpoint_manager.save(checkpoint_number=self._optimizer.iterations)
+    optimizers.swap_ema_weights(self._optimizer)
+
+
+def tfm_eval_actions(params: config_definitions.ExperimentConfig, trainer,
+                     model_dir: str) -> List[Action]:
+  """TFM's eval actions (`official.core.actions.get_eval_actions`).
+
+  That is the EMA checkpointing of an averaging optimizer, here the one
+  that works without a strategy (`EMACheckpointing`).
+  """
+  if not isinstance(trainer.optimizer, optimization.ExponentialMovingAverage):
+    return []
+  return [EMACheckpointing(export_dir=model_dir, optimizer=trainer.optimizer,
+                           checkpoint=trainer.checkpoint,
+                           max_to_keep=params.trainer.max_to_keep)]
 
 
 class NonFiniteLossCheck:

@@ -196,8 +196,8 @@ def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
 
   An evaluator never writes checkpoints: only training modes save.
   """
-  tfm = tfm_actions.get_eval_actions(context.params, context.trainer,
-                                     context.model_dir)
+  tfm = actions.tfm_eval_actions(context.params, context.trainer,
+                                 context.model_dir)
   stop = []
   if trains and not strategies.is_multi_worker(context.strategy):
     stop = [preemption.SaveAndStopIfPreempted(

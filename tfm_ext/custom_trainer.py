@@ -238,8 +238,15 @@ class CustomTrainer(base_trainer.Trainer):
   # -- Evaluation hooks -----------------------------------------------------
 
   def eval_begin(self):
-    """Runs in Python before each evaluation: resets metrics, swaps in EMA."""
-    super().eval_begin()
+    """Runs in Python before each evaluation: resets metrics, swaps in EMA.
+
+    TFM's `eval_begin` but for the swap, which works without a strategy
+    too (`optimizers.swap_ema_weights`).
+    """
+    for metric in self.validation_metrics + [self.validation_loss]:
+      metric.reset_states()
+    if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
+      optimizers.swap_ema_weights(self.optimizer)
 
   def next_eval_inputs(self, iterator) -> Tuple[Any, Logs]:
     """Returns `(inputs, passthrough_logs)` for one evaluation step.
@@ -306,5 +313,5 @@ class CustomTrainer(base_trainer.Trainer):
           train_utils.get_leaf_nested_dict(
               self.checkpoint_exporter.best_ckpt_logs, metric_name.split("|")))
     if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
-      self.optimizer.swap_weights()
+      optimizers.swap_ema_weights(self.optimizer)
     return logs

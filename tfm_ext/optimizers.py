@@ -5,6 +5,22 @@ from typing import Any, Mapping, Optional
 import tensorflow as tf
 
 
+def swap_ema_weights(optimizer) -> None:
+  """Swaps an EMA optimizer's averaged and training weights, any strategy.
+
+  TFM's `ExponentialMovingAverage.swap_weights` refuses outside a
+  cross-replica context, which TF's default strategy (no strategy:
+  `distribution_strategy=off`, or `mirrored` on one CPU) never has, so EMA
+  would fail at the first evaluation. Its `_swap_weights` does the same swap
+  through `strategy.extended.update`, which the default strategy supports;
+  this is the one place that calls it.
+  """
+  if tf.distribute.in_cross_replica_context():
+    optimizer.swap_weights()
+  else:
+    optimizer._swap_weights()  # pylint: disable=protected-access
+
+
 def named_optimizers(optimizer) -> Mapping[str, Any]:
   """Returns `{name: optimizer}`; a composite optimizer yields its parts.
 
