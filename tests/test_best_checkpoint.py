@@ -187,3 +187,16 @@ def test_a_reloaded_manifest_drops_a_nan_entry(tmp_path, checkpoint):
   # A finite value below the dropped NaN still gets in.
   assert export(reloaded, checkpoint, 30, 0.6)
   assert [e["global_step"] for e in reloaded.kept] == [30, 10]
+
+
+def test_a_value_between_the_worst_and_the_best_kept_gets_in(
+    tmp_path, checkpoint):
+  exporter = make(tmp_path, k=2)
+  assert export(exporter, checkpoint, 10, 0.5)
+  assert export(exporter, checkpoint, 20, 0.9)
+  # Not the best, but better than the worst of a full top-2: it replaces it.
+  assert export(exporter, checkpoint, 30, 0.7)
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [
+      20, 30]
+  assert not [n for n in os.listdir(tmp_path / "best")
+              if n.startswith("best_ckpt-10.")]

@@ -1,6 +1,7 @@
 """Resuming with a changed config: refused with a diff, unless harmless."""
 
 from conftest import SMOKE
+from tfm_ext import config_drift
 
 EXP = "--experiment=digits_convnet"
 
@@ -47,3 +48,14 @@ def test_harmless_changes_resume_and_override_flag_forces(launch, tmp_path):
   assert forced.returncode == 0, forced
   assert forced.summary()["global_step"] == 80
   assert "global_batch_size: 32" in (model_dir / "params.yaml").read_text()
+
+
+def test_a_field_on_one_side_only_is_a_difference():
+  old = {"task": {"model": {"dense_units": 128}}, "trainer": {}}
+  new = {"task": {"model": {"dense_units": 128, "dropout_rate": 0.5}},
+         "trainer": {"train_steps": 60}}
+  # A new trainer.train_steps is harmless (HARMLESS); a new model field is not.
+  assert config_drift.diff(old, new) == [
+      "  task.model.dropout_rate: '<absent>' -> 0.5"]
+  assert config_drift.diff(new, old) == [
+      "  task.model.dropout_rate: 0.5 -> '<absent>'"]

@@ -2,6 +2,7 @@
 
 import gin
 import pytest
+import tensorflow as tf
 
 import registry_imports  # pylint: disable=unused-import
 from tfm_ext import params as params_lib
@@ -76,3 +77,50 @@ def test_unknown_trainer_lists_registered_trainers():
     build(trainer="nope")
   assert "Unknown trainer 'nope'" in str(e.value)
   assert "'custom'" in str(e.value) and "'tfm_base'" in str(e.value)
+
+
+class _FakeTime:
+  """A clock that only the injected sleep moves."""
+
+  def __init__(self, on_sleep=lambda: None):
+    self.now = 0.0
+    self.sleeps = []
+    self._on_sleep = on_sleep
+
+  def clock(self):
+    return self.now
+
+  def sleep(self, seconds):
+    self.sleeps.append(seconds)
+    self.now += seconds
+    self._on_sleep()
+
+
+def test_an_evaluator_does_not_wait_on_checkpoints_without_params_yaml(
+    tmp_path):
+  # Checkpoints written without a params.yaml: evaluated as the flags say.
+  tf.train.Checkpoint(v=tf.Variable(1.0)).save(str(tmp_path / "ckpt"))
+  fake = _FakeTime()
+  assert params_lib.await_trainer_params(
+      str(tmp_path), timeout=60, clock=fake.clock, sleep=fake.sleep) == ""
+  assert fake.sleeps == []
+
+
+def test_an_evaluator_waits_for_params_yaml_then_follows_it(tmp_path, capsys):
+  params_yaml = tmp_path / "params.yaml"
+  fake = _FakeTime(on_sleep=lambda: fake.now >= 3 and params_yaml.touch())
+  assert params_lib.await_trainer_params(
+      str(tmp_path), timeout=60, clock=fake.clock,
+      sleep=fake.sleep) == str(params_yaml)
+  assert fake.sleeps == [1.0] * 3
+  assert capsys.readouterr().out.count("waiting up to 60s") == 1
+
+
+def test_an_evaluator_gives_up_waiting_after_the_timeout(tmp_path):
+  fake = _FakeTime()
+  # Its own timeout: it would find no checkpoint either, so it stops here
+  # rather than wait a second timeout in continuous_eval.
+  with pytest.raises(UsageError, match="continuous_eval_timeout=5s"):
+    params_lib.await_trainer_params(
+        str(tmp_path), timeout=5, clock=fake.clock, sleep=fake.sleep)
+  assert fake.sleeps == [1.0] * 5

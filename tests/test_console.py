@@ -1,0 +1,30 @@
+"""Console progress: the examples a second the run summary reports."""
+
+import io
+
+import tensorflow as tf
+
+from tfm_ext import console
+
+
+def test_steady_examples_per_second_span_every_loop_after_the_first():
+  step = tf.Variable(0, dtype=tf.int64)
+  now = [100.0]
+  stream = io.StringIO()
+  progress = console.TrainProgress(
+      global_step=step, total_steps=41, global_batch_size=8, start_time=95.0,
+      clock=lambda: now[0], stream=stream)
+  # The first loop (one step, tracing included), then loops of 10 steps at
+  # different speeds: 1 s, then 4 s.
+  for steps, seconds in ((1, 0.0), (10, 1.0), (10, 4.0)):
+    step.assign_add(steps)
+    now[0] += seconds
+    progress({"training_loss": 0.5})
+  assert progress.time_to_first_step == 5.0
+  # 20 global batches of 8 rows in the 5 s after the first loop, not the
+  # last loop's 80 rows in 4 s.
+  assert progress.examples_per_second == 20 * 8 / 5.0
+  last = stream.getvalue().splitlines()[-1]
+  assert last.startswith("step 21/41 | training_loss 0.5 | 20 ex/s")
+  # 20 steps left at the steady 0.25 s a step.
+  assert last.endswith("ETA 0:00:05")
