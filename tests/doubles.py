@@ -49,20 +49,36 @@ class FlakyTrainer(tfm_ext.CustomTrainer):
 @dataclasses.dataclass
 class NanTaskConfig(digits_convnet.DigitsTaskConfig):
   nan_at_step: int = 25
+  # How many times training step `nan_at_step` is NaN; 0: every time. A
+  # run that restores an earlier checkpoint trains that step again.
+  nan_times: int = 0
 
 
 @task_factory.register_task_cls(NanTaskConfig)
 class NanTask(digits_convnet.DigitsTask):
-  """Its loss is NaN at step `nan_at_step`; the NaN gradients spoil the weights."""
+  """Its loss is NaN at step `nan_at_step`; the NaN gradients spoil the weights.
+
+  With `nan_times` > 0 the NaN is transient: once that many NaN steps were
+  trained (counted in this process, not in checkpoints), the step is finite.
+  """
+
+  def __init__(self, params, logging_dir=None, name=None):
+    super().__init__(params, logging_dir=logging_dir, name=name)
+    self._nans = tf.Variable(0, trainable=False, dtype=tf.int64)
 
   def train_step(self, inputs, model, optimizer, metrics=None):
     images, labels = inputs
+    config = self.task_config
     with tf.GradientTape() as tape:
       outputs = model(images, training=True)
       loss = self.build_losses(labels, outputs)
-      at_step = tf.equal(optimizer.iterations + 1, self.task_config.nan_at_step)
+      at_step = tf.logical_and(
+          tf.equal(optimizer.iterations + 1, config.nan_at_step),
+          tf.logical_or(config.nan_times <= 0,
+                        self._nans < config.nan_times))
       # Not tf.where(at_step, loss * nan, loss): its gradient is NaN always.
       loss *= tf.where(at_step, float("nan"), 1.0)
+    self._nans.assign_add(tf.cast(at_step, tf.int64))
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return {self.loss: loss}

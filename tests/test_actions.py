@@ -72,22 +72,3 @@ def test_phase_and_name_are_checked_when_registering():
   with pytest.raises(tfm_ext.RegistryError, match="already registered"):
     tfm_ext.register_action("test_recording_train", phase="train")(
         lambda context: None)
-
-
-def test_nonfinite_loss_check_names_the_loops_steps():
-  step = tf.Variable(20, dtype=tf.int64)
-  check = actions.NonFiniteLossCheck(loss_name="training_loss",
-                                     global_step=step, start_step=20,
-                                     input_in_checkpoint=True)
-  step.assign(30)
-  check({"training_loss": tf.constant(0.5)})  # Finite: nothing happens.
-  step.assign(40)
-  with pytest.raises(RunFailed, match=r"in steps 31-40 \(one loop\).*"
-                     "a resumed run reads the same batches"):
-    check({"training_loss": tf.constant(math.nan)})
-  single = actions.NonFiniteLossCheck(loss_name="training_loss",
-                                      global_step=step, start_step=40,
-                                      input_in_checkpoint=False)
-  step.assign(41)
-  with pytest.raises(RunFailed, match="at step 41"):
-    single({"training_loss": math.inf})

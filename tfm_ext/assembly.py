@@ -18,7 +18,6 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
-from official.core import actions as tfm_actions
 from official.core import base_task
 from official.core import base_trainer
 from official.core import task_factory
@@ -164,20 +163,23 @@ def _restore_on_every_worker(trainer, model_dir: str,
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
                    watcher) -> List[actions.Action]:
-  """Non-finite check, progress, TFM's, save-and-stop, then registered ones.
+  """Recovery, progress, TFM's, save-and-stop, then registered ones.
 
-  The save-and-stop action comes after every action that may fail the loop,
-  so a preempted run never saves a loop that failed.
+  The save-and-stop action comes after every action that may fail the loop
+  or roll it back, so a preempted run never saves a loop that diverged.
   """
   trainer, strategy = context.trainer, context.strategy
-  check = actions.NonFiniteLossCheck(
-      loss_name=trainer.train_loss.name, global_step=trainer.global_step,
-      start_step=int(trainer.global_step.numpy()),
-      input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
-                                  False))
-  tfm = tfm_actions.get_train_actions(
-      context.params, trainer, context.model_dir,
-      checkpoint_manager=context.checkpoint_manager)
+  config = context.params.trainer
+  recovery = [] if config.recovery_max_trials < 0 else [
+      actions.DivergenceRecovery.from_config(
+          config, loss_name=trainer.train_loss.name,
+          global_step=trainer.global_step,
+          start_step=int(trainer.global_step.numpy()),
+          input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
+                                      False),
+          checkpoint_manager=context.checkpoint_manager)]
+  tfm = actions.tfm_train_actions(context.params, trainer, context.model_dir,
+                                  context.checkpoint_manager)
   if strategies.is_multi_worker(strategy):
     stop = preemption.CoordinatedSaveAndStop(
         strategy=strategy, global_step=trainer.global_step,
@@ -186,7 +188,7 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
     stop = preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=trainer.global_step, summary_manager=summary_manager)
-  return ([check, progress] + tfm + [stop]
+  return (recovery + [progress] + tfm + [stop]
           + actions.registered("train", context))
 
 

@@ -184,8 +184,8 @@ class CustomTrainer(base_trainer.Trainer):
     `learning_rate` for one optimizer, under `learning_rate/<name>` for each
     optimizer of a composite one (an optimizer with an `optimizers` list or
     dict). Values stay tensors: the controller reads them once per loop.
-    The train actions then see them (`tfm_ext.actions`: a non-finite loss
-    stops the run there, before the loop is saved).
+    The train actions then see them (`tfm_ext.actions`: a diverged loss
+    is recovered from or fails the run there, before the loop is saved).
 
     The reads and resets run as one `tf.function` (`read_train_logs`, traced
     at the second loop end, off the path to the first progress line): run
