@@ -100,7 +100,8 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
       # A non-chief restored above: its init_fn (pretrained weights, say)
       # must not overwrite that.
       init_fn=None if restored_elsewhere and not chief else trainer.initialize,
-      max_to_keep=params.trainer.max_to_keep if chief else 1)
+      max_to_keep=params.trainer.max_to_keep if chief else 1,
+      enable_async=request.enable_async_checkpointing)
 
   step = strategies.host_readable(trainer.global_step, strategy)
   summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
@@ -129,6 +130,7 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
       global_step=step,
       steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
       checkpoint_manager=manager,
+      enable_async_checkpointing=request.enable_async_checkpointing,
       summary_dir=summary_dirs[0],
       eval_summary_dir=summary_dirs[1],
       summary_interval=params.trainer.summary_interval,

@@ -7,6 +7,10 @@ trainer's checkpoint, `max_to_keep`, `checkpoint_interval`, the trainer's
 `checkpoint_interval` steps after the step it starts at
 (`count_interval_from`), and an evaluator's restores expect to leave the
 optimizer's values unread (`PartialRestoreCheckpoint`).
+
+With `--enable_async_checkpointing` TFM hands Orbit's controller the option,
+and only the controller's saves are asynchronous; here every save of the
+manager is (`AsyncSavingManager`), so none races another.
 """
 
 from typing import Callable, Optional
@@ -16,8 +20,12 @@ import tensorflow as tf
 
 def build_manager(trainer, directory: str, trainer_config, *,
                   evaluates_only: bool, init_fn: Optional[Callable[[], None]],
-                  max_to_keep: int) -> Optional[tf.train.CheckpointManager]:
-  """The manager of `trainer.checkpoint` in `directory`; None without one."""
+                  max_to_keep: int, enable_async: bool = False
+                  ) -> Optional[tf.train.CheckpointManager]:
+  """The manager of `trainer.checkpoint` in `directory`; None without one.
+
+  With `enable_async` it is an `AsyncSavingManager`.
+  """
   checkpoint = trainer.checkpoint
   if checkpoint is None:
     return None
@@ -26,7 +34,9 @@ def build_manager(trainer, directory: str, trainer_config, *,
     # checkpoint's values for them stay unread on purpose, and without
     # expect_partial TensorFlow logs about 20 warnings at exit.
     checkpoint = PartialRestoreCheckpoint(root=checkpoint)
-  return tf.train.CheckpointManager(
+  manager_cls = (AsyncSavingManager if enable_async
+                 else tf.train.CheckpointManager)
+  return manager_cls(
       checkpoint, directory=directory, max_to_keep=max_to_keep,
       step_counter=trainer.global_step,
       checkpoint_interval=trainer_config.checkpoint_interval,
@@ -62,3 +72,20 @@ class PartialRestoreCheckpoint(tf.train.Checkpoint):
 
   def restore(self, save_path, options=None):
     return super().restore(save_path, options).expect_partial()
+
+
+class AsyncSavingManager(tf.train.CheckpointManager):
+  """A manager whose saves are asynchronous unless the caller passes options.
+
+  Orbit's controller passes asynchronous options to its saves; the other
+  savers (the preemption save, TFM's actions) pass none. A synchronous save
+  made while an asynchronous one is still being written runs beside it: the
+  older one's write callback can then land last and record it as the latest
+  checkpoint, so a resume would go back past the newer one. Asynchronous
+  saves instead wait for the one in flight. `sync()` waits for the last.
+  """
+
+  def save(self, checkpoint_number=None, check_interval=True, options=None):
+    return super().save(
+        checkpoint_number=checkpoint_number, check_interval=check_interval,
+        options=options or tf.train.CheckpointOptions(enable_async=True))

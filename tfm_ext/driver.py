@@ -47,6 +47,8 @@ class RunRequest:
   start_time: float = dataclasses.field(default_factory=time.time)
   # Resume a model_dir whose params.yaml differs in more than cadence.
   allow_config_change: bool = False
+  # TFM's --enable_async_checkpointing: save in a background thread.
+  enable_async_checkpointing: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The training driver: TFM's `train.py` flags, plus `--trainer` and `--list`.
+"""The training driver: every flag of TFM's `train.py`, and a few of ours.
 
 A downstream repository forks it in three lines:
 
@@ -16,9 +16,12 @@ at the current step, relaunch the same command to resume.
 """
 
 import os
+import sys
 
 from absl import flags
+from absl import logging
 
+from official.common import flags as tfm_flags
 from official.core import task_factory
 
 from tfm_ext import driver
@@ -30,20 +33,23 @@ from tfm_ext import run_summary
 from tfm_ext import trainers
 from tfm_ext.errors import UsageError
 
+# TFM's train.py flags, defined by TFM: its names, types, defaults and help.
+tfm_flags.define_flags()
+FLAGS = flags.FLAGS
+# TFM's --mode is an enum that takes two modes train_lib cannot run and turns
+# any other name into absl's "FATAL Flags parsing error" (exit 1). Ours takes
+# any name; `modes.get_mode` refuses unknown ones, with the list (exit 2).
+delattr(FLAGS, "mode")
+flags.DEFINE_string("mode", None, f"Mode to run: {', '.join(modes.MODES)}.")
+# TFM's train.py defines this one itself. It defaults to true there; here it
+# is off, so a run keeps the synchronous saves that the preemption and
+# kill -9 tests cover unless the user asks for it.
+flags.DEFINE_bool(
+    "enable_async_checkpointing", False,
+    "Save checkpoints in a background thread, as TFM's train.py does by "
+    "default; training waits for a save only at the end of Orbit's "
+    "train() and before the next save.")
 
-
-flags.DEFINE_string("experiment", None, "Registered experiment to run.")
-flags.DEFINE_string("mode", None, f"One of: {', '.join(modes.MODES)}.")
-flags.DEFINE_string("model_dir", None,
-                    "Where checkpoints, summaries and records go.")
-flags.DEFINE_multi_string(
-    "config_file", None,
-    "YAML overrides of the experiment, applied in the order given.")
-flags.DEFINE_string("params_override", None,
-                    "YAML string or file applied after --config_file.")
-flags.DEFINE_multi_string("gin_file", None, "Gin files to parse.")
-flags.DEFINE_multi_string("gin_params", None, "Gin bindings to parse.")
-flags.DEFINE_string("tpu", None, "Cloud TPU name or grpc:// address.")
 flags.DEFINE_string("trainer", None,
                     "Registered trainer; beats the config and gin.")
 flags.DEFINE_integer(
@@ -59,7 +65,14 @@ flags.DEFINE_bool(
 flags.DEFINE_bool("list", False,
                   "List registered experiments, tasks, trainers and models.")
 
-FLAGS = flags.FLAGS
+# `--help` lists the key flags of the main module, and the launcher script
+# (ours or a fork's three lines) defines none: the flags above are its.
+for _flag in (FLAGS.get_flags_for_module(__name__)
+              + FLAGS.get_flags_for_module(tfm_flags.__name__)):
+  FLAGS.register_key_flag_for_module(sys.argv[0], _flag)
+
+# TFM's flags that its open-source train.py defines and never reads.
+UNREAD_TFM_FLAGS = ("tpu_platform", "tfhub_handle", "tflex_output_uri")
 
 
 def registered() -> str:
@@ -102,12 +115,17 @@ def _request() -> driver.RunRequest:
         f"--{m}" for m in missing) + ". (--list shows what is registered.)")
   mode = modes.get_mode(FLAGS.mode)
   model_dir = os.path.expanduser(FLAGS.model_dir)
+  for name in UNREAD_TFM_FLAGS:
+    if FLAGS[name].value:
+      logging.warning("--%s=%s has no effect: TFM's train.py does not read "
+                      "it either.", name, FLAGS[name].value)
   params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
   sources = params_lib.ConfigSources(
       experiment=FLAGS.experiment,
       config_files=FLAGS.config_file or (),
       params_override=FLAGS.params_override or "",
       tpu=FLAGS.tpu or "",
+      tf_data_service=FLAGS.tf_data_service or "",
       trainer=FLAGS.trainer or "")
   params = params_lib.build(sources)
   if not mode.trains:
@@ -117,4 +135,5 @@ def _request() -> driver.RunRequest:
       experiment=FLAGS.experiment, mode=FLAGS.mode,
       model_dir=model_dir, params=params,
       start_time=run_summary.process_start_time(),
-      allow_config_change=FLAGS.allow_config_change)
+      allow_config_change=FLAGS.allow_config_change,
+      enable_async_checkpointing=FLAGS.enable_async_checkpointing)

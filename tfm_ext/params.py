@@ -41,6 +41,9 @@ class ConfigSources:
   config_files: Sequence[str] = ()
   params_override: str = ""
   tpu: str = ""
+  # TFM's --tf_data_service: train_data's and validation_data's
+  # tf_data_service_address.
+  tf_data_service: str = ""
   trainer: str = ""
 
 
@@ -105,8 +108,10 @@ def build(sources: ConfigSources,
       raise UsageError(f"--config_file {path!r} does not exist.")
     params = _override(params, path, f"--config_file {path!r}")
   parser = train_utils.ExperimentParser(train_utils.ParseConfigOptions(
-      experiment=sources.experiment, config_file=[], tpu=sources.tpu))
+      experiment=sources.experiment, config_file=[], tpu=sources.tpu,
+      tf_data_service=sources.tf_data_service))
   params = parser.parse_runtime(params)
+  params = parser.parse_data_service(params)
   if sources.params_override:
     params = _override(params, sources.params_override, "--params_override")
 
