@@ -1,7 +1,8 @@
 """TFM's legacy ResNet50 CTL runner's command line, run by our driver.
 
-Takes the flags of `official/legacy/image_classification/resnet/
-resnet_ctl_imagenet_main.py`, with their defaults, and runs the
+Takes every flag of `official/legacy/image_classification/resnet/
+resnet_ctl_imagenet_main.py`, with its short name and default
+(`experiments/imagenet/reference_flags.py`), and runs the
 `resnet50_imagenet_ctl` experiment with the `resnet_ctl` trainer. The
 reference README's command lines run unchanged but for paths:
 
@@ -10,11 +11,12 @@ reference README's command lines run unchanged but for paths:
         --train_epochs=90 --train_steps=10 --use_synthetic_data=false
 
 The mapping, and which reference behaviours are kept (and logged), is in
-`experiments/imagenet/reference_runner.py`. Progress lines go to stdout,
-then the reference's `Run stats: {...}`; the absl log goes to
-`model_dir/logs/` (`--alsologtostderr` for the console), and signals,
-restarts and exit codes are those of `launchers/train.py`. Bad flags print
-one `error:` paragraph and exit 2 before anything is written.
+`experiments/imagenet/reference_runner.py`; flags that do nothing in a run
+(GPU-only ones on a CPU, ones the reference never reads) are logged too.
+Progress lines go to stdout, then the reference's `Run stats: {...}`; the
+absl log goes to `model_dir/logs/` (`--alsologtostderr` for the console),
+and signals, restarts and exit codes are those of `launchers/train.py`. Bad
+flags print one `error:` paragraph and exit 2 before anything is written.
 """
 
 import gc
@@ -33,6 +35,7 @@ from absl import logging
 import tensorflow as tf
 
 import registry_imports  # pylint: disable=unused-import
+from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from tfm_ext import driver
 from tfm_ext import job
@@ -43,7 +46,8 @@ from tfm_ext.errors import UsageError
 gc.freeze()
 gc.enable()
 
-reference_runner.define_flags()
+reference_flags.define_flags()
+flags.adopt_module_key_flags(reference_flags)  # --helpshort lists them.
 FLAGS = flags.FLAGS
 
 
@@ -51,9 +55,12 @@ def main(argv) -> None:
   """Translates the flags, checks everything, then trains (and evaluates)."""
   if len(argv) > 1:
     _fail(f"Unexpected arguments: {' '.join(argv[1:])}.")
+  gpus_visible = len(tf.config.list_physical_devices("GPU"))
   try:
-    translation = reference_runner.translate(
-        FLAGS, gpus_visible=len(tf.config.list_physical_devices("GPU")))
+    translation = reference_runner.translate(FLAGS, gpus_visible)
+    if gpus_visible:
+      # Where the reference does it: before the strategy starts the GPUs.
+      reference_flags.configure_gpus(FLAGS)
     params = params_lib.build(translation.sources)
     plan = driver.prepare(driver.RunRequest(
         experiment=reference_runner.EXPERIMENT, mode=translation.mode,

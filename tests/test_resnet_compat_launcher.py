@@ -11,6 +11,7 @@ import yaml
 
 from conftest import REPO
 import registry_imports  # pylint: disable=unused-import
+from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 from tfm_ext import params as params_lib
@@ -37,7 +38,7 @@ def readme_args(template, **paths):
 def parse(args, gpus_visible=0):
   """Parses reference flags in a private FlagValues and translates them."""
   flag_values = flags.FlagValues()
-  reference_runner.define_flags(flag_values)
+  reference_flags.define_flags(flag_values)
   flag_values(["main"] + args)
   return reference_runner.translate(flag_values, gpus_visible=gpus_visible)
 

@@ -7,8 +7,10 @@ One concept per module:
     schedule         SGD with the reference's warmup-and-step learning rate
     ctl_trainer      the `resnet_ctl` trainer: epochs, throughput, profiling
     export           checkpoint -> classification / feature-vector SavedModels
-    reference_runner the reference runner's flags and stats, mapped onto ours
+    reference_flags  every flag of the reference runner, short names included
+    reference_runner those flags and the reference's stats, mapped onto ours
 
 Only the first four are imported by the experiment (and so by
-`registry_imports`); `export` and `reference_runner` serve the launchers.
+`registry_imports`); `export` and the `reference_*` modules serve the
+launchers.
 """

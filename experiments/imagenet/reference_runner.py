@@ -1,18 +1,19 @@
 """The reference ResNet CTL runner's interface, mapped onto our experiment.
 
-TFM's `resnet_ctl_imagenet_main.py` is driven by flags; `define_flags`
-declares the ones this repository honours, with the reference's defaults,
-`translate` turns their values into config sources for
-`resnet50_imagenet_ctl` and a mode, and `build_stats` gives the reference's
-stats dictionary from our run summary.
+TFM's `resnet_ctl_imagenet_main.py` is driven by flags;
+`reference_flags.define_flags` declares all of them, `translate` turns their
+values into config sources for `resnet50_imagenet_ctl` and a mode (and says
+which flags do nothing in this run), and `build_stats` gives the
+reference's stats dictionary from our run summary.
 
 Reference behaviours kept on purpose, each logged as a warning when it
 applies: `--train_steps` makes one "epoch" of at most one real epoch and
 ignores `--train_epochs`; `--steps_per_loop` is cut to that epoch;
-`--enable_eager` does nothing. Also kept: 1001 model outputs (so reference
-checkpoints load), an epoch of 1,281,167 images, evaluation over
-ceil(50,000 / batch) steps, checkpoints only with
-`--enable_checkpoint_and_export` (every `5 * steps_per_loop` steps, 10 kept).
+`--enable_eager` does nothing; `--fp16_implementation=graph_rewrite` trains
+in float32. Also kept: 1001 model outputs (so reference checkpoints load),
+an epoch of 1,281,167 images, evaluation over ceil(50,000 / batch) steps,
+checkpoints only with `--enable_checkpoint_and_export` (every
+`5 * steps_per_loop` steps, 10 kept).
 Honoured where the reference is silent: `--profile_steps` (the reference
 ignores it in the CTL runner) and `--num_gpus=-1` (all visible GPUs; the
 reference passes -1 on and fails).
@@ -24,22 +25,17 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-from absl import flags
 import tensorflow as tf
 import yaml
 
 from experiments.imagenet import input_pipeline
+from experiments.imagenet import reference_flags
 from tfm_ext.errors import UsageError
 from tfm_ext.params import ConfigSources
 from tfm_ext.run_summary import RunSummary
 
 EXPERIMENT = "resnet50_imagenet_ctl"
-TRAIN_FILES = "train-*-of-01024"
-VALIDATION_FILES = "validation-*-of-00128"
 REFERENCE_NUM_CLASSES = 1001
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-STRATEGIES = ("off", "one_device", "mirrored", "parameter_server",
-              "multi_worker_mirrored", "tpu")
 GPU_STRATEGIES = ("one_device", "mirrored")
 # What a run of this launcher (or of the reference) writes into model_dir;
 # `--clean` removes a directory only if it holds nothing else.
@@ -47,58 +43,6 @@ RUN_OUTPUTS = ("checkpoint", "ckpt-*", "model.ckpt-*", "params.yaml",
                "run_summary.json", "eval_summary.json", "*.tmp*", "train",
                "validation", "eval", "logs", "best_ckpt", "events.out.*",
                "operative_config.*", "training_*", "eval_ledger*")
-
-
-def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Declares the reference runner's flags, with its defaults."""
-  def boolean(name, default, help_):
-    flags.DEFINE_boolean(name, default, help_, flag_values=flag_values)
-
-  def integer(name, default, help_):
-    flags.DEFINE_integer(name, default, help_, flag_values=flag_values)
-
-  def string(name, default, help_):
-    flags.DEFINE_string(name, default, help_, flag_values=flag_values)
-
-  string("data_dir", "/tmp", f"Directory of {TRAIN_FILES} and "
-         f"{VALIDATION_FILES} TFRecords.")
-  string("model_dir", "/tmp", "Where checkpoints and summaries go.")
-  boolean("clean", False, "Remove model_dir first (only if it holds nothing "
-          "but run outputs).")
-  integer("batch_size", 32, "Global batch size, split across replicas.")
-  integer("train_epochs", 1, "Epochs to train.")
-  integer("epochs_between_evals", 1, "Epochs between evaluations.")
-  integer("train_steps", None, "Steps to train, capped at one epoch; "
-          "implies one epoch (reference behaviour).")
-  boolean("use_synthetic_data", False, "Random images instead of TFRecords.")
-  boolean("skip_eval", False, "Train only.")
-  integer("num_gpus", 1, "GPUs: 0 for the CPU, -1 for all visible.")
-  string("distribution_strategy", "mirrored", f"One of {STRATEGIES}.")
-  string("tpu", "", "Cloud TPU name or grpc:// address.")
-  flags.DEFINE_enum("dtype", "fp32", list(DTYPES), "Compute dtype.",
-                    flag_values=flag_values)
-  string("loss_scale", None, "fp16 loss scale: a number or 'dynamic' "
-         "(default 128).")
-  integer("steps_per_loop", None, "Steps per host loop; default and cap: one "
-          "epoch.")
-  boolean("use_tf_while_loop", True, "Loop on the device (tf.while_loop).")
-  boolean("use_tf_function", True, "Trace train and eval steps.")
-  boolean("single_l2_loss_op", False, "One L2 op over all non-BN weights.")
-  boolean("enable_eager", False, "Accepted; no effect (as in the reference).")
-  boolean("enable_tensorboard", False, "Step-level summaries every loop.")
-  boolean("enable_checkpoint_and_export", False,
-          "Checkpoint every 5 loops, keeping 10.")
-  boolean("enable_xla", False, "Compile the train step with XLA.")
-  integer("datasets_num_private_threads", None,
-          "Private tf.data thread pool size.")
-  boolean("training_dataset_cache", False, "Cache training records in memory.")
-  flags.DEFINE_enum("data_format", None, ["channels_first", "channels_last"],
-                    "Model data format; default by device.",
-                    flag_values=flag_values)
-  string("profile_steps", None, "'first,last' global steps to profile.")
-  integer("log_steps", 100, "Steps between examples/second reports.")
-  string("all_reduce_alg", None, "Mirrored all-reduce algorithm.")
-  integer("num_packs", 1, "Gradient packs for all-reduce.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +85,10 @@ def translate(fv, gpus_visible: int) -> Translation:
   """Maps parsed reference flags onto the experiment; raises `UsageError`."""
   if fv.batch_size <= 0:
     raise UsageError(f"--batch_size must be positive, got {fv.batch_size}.")
+  if fv.fp16_implementation == "graph_rewrite" and fv.dtype != "fp16":
+    # The reference's own validator, with its message.
+    raise UsageError("--fp16_implementation should not be specified unless "
+                     "--dtype=fp16")
   if fv.use_tf_while_loop and not fv.use_tf_function:
     raise UsageError("--use_tf_while_loop needs --use_tf_function; pass "
                      "--use_tf_while_loop=false to run steps eagerly.")
@@ -157,6 +105,10 @@ def translate(fv, gpus_visible: int) -> Translation:
   if fv.enable_eager:
     notes.append("--enable_eager has no effect in the CTL runner (nor in the "
                  "reference); --use_tf_function=false runs steps eagerly.")
+  if fv.fp16_implementation == "graph_rewrite":
+    notes.append("--fp16_implementation=graph_rewrite trains in float32, as "
+                 "the reference does in TF2 (no graph rewrite is applied).")
+  notes += reference_flags.notes(fv, gpus_visible)
   override = {"task": _task(fv),
               "trainer": _trainer(fv, its, steps_per_loop),
               "runtime": _runtime(fv, gpus_visible)}
@@ -173,8 +125,9 @@ def _task(fv) -> Dict[str, Any]:
       "model": {"num_classes": REFERENCE_NUM_CLASSES,
                 "data_format": fv.data_format or ""},
       "single_l2_loss_op": fv.single_l2_loss_op,
-      "train_data": _data(fv, TRAIN_FILES, cache=fv.training_dataset_cache),
-      "validation_data": _data(fv, VALIDATION_FILES),
+      "train_data": _data(fv, reference_flags.TRAIN_FILES,
+                          cache=fv.training_dataset_cache),
+      "validation_data": _data(fv, reference_flags.VALIDATION_FILES),
   }
 
 
@@ -203,9 +156,9 @@ def _trainer(fv, its: Iterations, steps_per_loop: int) -> Dict[str, Any]:
 def _runtime(fv, gpus_visible: int) -> Dict[str, Any]:
   """Returns the runtime override; checks the strategy and GPU count."""
   strategy = fv.distribution_strategy.lower()
-  if strategy not in STRATEGIES:
+  if strategy not in reference_flags.STRATEGIES:
     raise UsageError(f"Unknown --distribution_strategy={strategy!r}; use one "
-                     f"of {', '.join(STRATEGIES)}.")
+                     f"of {', '.join(reference_flags.STRATEGIES)}.")
   num_gpus = gpus_visible if fv.num_gpus == -1 else fv.num_gpus
   if num_gpus < 0:
     raise UsageError(f"--num_gpus must be -1 (all), 0 (CPU) or a count, got "
@@ -222,7 +175,7 @@ def _runtime(fv, gpus_visible: int) -> Dict[str, Any]:
       "all_reduce_alg": fv.all_reduce_alg,
       "num_packs": fv.num_packs,
       "enable_xla": fv.enable_xla,
-      "mixed_precision_dtype": DTYPES[fv.dtype],
+      "mixed_precision_dtype": _compute_dtype(fv),
   }
   if fv.loss_scale is not None:
     runtime["loss_scale"] = _loss_scale(fv.loss_scale)
@@ -235,10 +188,17 @@ def _data(fv, files: str, cache: bool = False) -> Dict[str, Any]:
       "input_path": "" if synthetic else os.path.join(fv.data_dir, files),
       "use_synthetic_data": synthetic,
       "global_batch_size": fv.batch_size,
-      "dtype": DTYPES[fv.dtype],
+      "dtype": _compute_dtype(fv),
       "cache": cache,
       "private_threadpool_size": fv.datasets_num_private_threads or 0,
   }
+
+
+def _compute_dtype(fv) -> str:
+  """The reference's `get_tf_dtype`: graph_rewrite builds in float32."""
+  if fv.fp16_implementation == "graph_rewrite":
+    return "float32"
+  return reference_flags.DTYPES[fv.dtype]
 
 
 def _loss_scale(text: str):
