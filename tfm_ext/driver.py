@@ -24,6 +24,7 @@ from official.core import config_definitions
 from official.core import train_utils
 
 from tfm_ext import assembly
+from tfm_ext import config_checks
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
 from tfm_ext import modes
@@ -65,12 +66,15 @@ def prepare(request: RunRequest) -> Plan:
   params = request.params
   mode = modes.get_mode(request.mode)
   trainer_cls = trainers.get_trainer(params.trainer.name)
+  config_checks.check(params, trains=mode.trains, evaluates=mode.evaluates)
   preflight.check_runtime(params.runtime)
   strategy = strategies.build_strategy(params)
   preflight.check(params, trains=mode.trains, evaluates=mode.evaluates,
                   needs_checkpoint=mode.needs_checkpoint,
                   model_dir=request.model_dir,
                   strategy=strategy)
+  config_checks.check_best_checkpoint_metric(params, trainer_cls,
+                                             evaluates=mode.evaluates)
   if mode.trains:
     config_drift.check(params, request.model_dir, request.allow_config_change)
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,

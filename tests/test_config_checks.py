@@ -1,0 +1,200 @@
+"""Config values are checked before anything is written: exit 2, one message.
+
+Each hostile value below hung, ran forever, saved nothing or ended in a
+traceback after params.yaml was written (some only after training); now
+`driver.prepare` refuses it, naming the field, the value and what is
+accepted, and leaves model_dir alone. The legitimate values TFM gives a
+meaning to (validation_steps=-1, checkpoint_interval=0, ...) still pass.
+"""
+
+import types
+
+import pytest
+
+from test_bad_input import assert_clean_usage_error
+
+from experiments import digits_convnet
+from tfm_ext import config_checks
+from tfm_ext import custom_trainer
+from tfm_ext import driver
+from tfm_ext import params as params_lib
+from tfm_ext.errors import UsageError
+
+EXP = "digits_convnet"  # steps_per_loop=50, best checkpoint by "accuracy".
+LR = "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate"
+
+
+def build(override: str):
+  return params_lib.build(params_lib.ConfigSources(
+      experiment=EXP, params_override=override))
+
+
+def prepare(override: str, model_dir, mode: str = "train_and_eval"):
+  return driver.prepare(driver.RunRequest(
+      experiment=EXP, mode=mode, model_dir=str(model_dir),
+      params=build(override)))
+
+
+# (override, mode, the first line's start, a fragment of what is accepted)
+REFUSED = [
+    ("trainer.steps_per_loop=0", "train", "trainer.steps_per_loop=0:",
+     "positive whole number of steps"),
+    ("trainer.steps_per_loop=-10", "train", "trainer.steps_per_loop=-10:",
+     "positive"),
+    ("trainer.train_steps=100.5", "train", "trainer.train_steps=100.5:",
+     "whole number of steps"),
+    ("trainer.train_steps=abc", "train", "trainer.train_steps='abc':",
+     "whole number of steps"),
+    ("trainer.train_steps=null", "train", "trainer.train_steps=null:",
+     "whole number of steps"),
+    ("trainer.train_steps=-5", "train", "trainer.train_steps=-5:",
+     "0 or more"),
+    ("trainer.validation_interval=-1", "train_and_eval",
+     "trainer.validation_interval=-1:", "0 to evaluate only after training"),
+    ("trainer.checkpoint_interval=-1", "train",
+     "trainer.checkpoint_interval=-1:", "0 for no checkpoints"),
+    ("task.train_data.global_batch_size=0", "train",
+     "task.train_data.global_batch_size=0:", "positive whole number"),
+    ("task.train_data.global_batch_size=-1", "train",
+     "task.train_data.global_batch_size=-1:", "positive whole number"),
+    ("task.validation_data.global_batch_size=0", "train_and_eval",
+     "task.validation_data.global_batch_size=0:", "positive whole number"),
+    (f"{LR}=fast", "train", f"{LR}='fast':", "a number"),
+    ("trainer.max_to_keep=0", "train", "trainer.max_to_keep=0:",
+     "null to keep them all"),
+    # An evaluator's checkpoint manager takes max_to_keep too.
+    ("trainer.max_to_keep=0", "eval", "trainer.max_to_keep=0:", "positive"),
+    ("trainer.best_checkpoint_top_k=0", "train_and_eval",
+     "trainer.best_checkpoint_top_k=0:", "positive number of best"),
+    ("trainer.best_checkpoint_metric_comp=bigger", "train_and_eval",
+     "trainer.best_checkpoint_metric_comp='bigger':", "'higher' or 'lower'"),
+    ("trainer.summary_interval=0", "train", "trainer.summary_interval=0:",
+     "multiple of trainer.steps_per_loop"),
+    ("trainer.summary_interval=15", "train",
+     "trainer.summary_interval=15 is not a multiple of "
+     "trainer.steps_per_loop=50", "give a multiple of 50"),
+    ("trainer.validation_steps=0", "train_and_eval",
+     "trainer.validation_steps=0:", "-1 for the whole validation set"),
+    ("trainer.validation_steps=null", "eval", "trainer.validation_steps=null:",
+     "-1 for the whole validation set"),
+    ("trainer.best_checkpoint_eval_metric=acuracy", "train_and_eval",
+     "trainer.best_checkpoint_eval_metric='acuracy':",
+     "Did you mean 'accuracy'?"),
+    ("runtime.mixed_precision_dtype=mixed_bfloat16", "train",
+     "runtime.mixed_precision_dtype='mixed_bfloat16':",
+     "float16, bfloat16 or float32"),
+    ("trainer.recovery_max_trials=null", "train",
+     "trainer.recovery_max_trials=null:", "negative: no loss check"),
+    ("trainer.loss_upper_bound=high", "train",
+     "trainer.loss_upper_bound='high':", "a number"),
+    # Types everywhere in trainer and runtime, from the annotations.
+    ("trainer.train_tf_function=1", "train", "trainer.train_tf_function=1:",
+     "true or false"),
+    ("runtime.num_gpus=two", "train", "runtime.num_gpus='two':",
+     "a whole number"),
+    ("trainer.validation_summary_subdir=5", "eval",
+     "trainer.validation_summary_subdir=5:", "a string"),
+    ("runtime.seed=x", "train", "runtime.seed='x':", "a whole number"),
+]
+
+
+@pytest.mark.parametrize("override, mode, first, accepted", REFUSED,
+                         ids=[f"{r[0]}-{r[1]}" for r in REFUSED])
+def test_hostile_value_is_refused_naming_field_and_value(
+    tmp_path, override, mode, first, accepted):
+  model_dir = tmp_path / "m"
+  with pytest.raises(UsageError) as raised:
+    prepare(override, model_dir, mode)
+  line = str(raised.value).splitlines()[0]
+  assert line.startswith(first), line
+  assert accepted in line, line
+  assert not model_dir.exists()
+
+
+# Values TFM gives a meaning to, and values a mode does not read.
+ACCEPTED = [
+    ("trainer.validation_steps=-1", "train_and_eval"),  # The whole set.
+    ("trainer.validation_interval=0", "train_and_eval"),  # After training.
+    ("trainer.summary_interval=null", "train"),  # None inside loops.
+    ("trainer.summary_interval=100", "train"),  # 2 loops of 50.
+    ("trainer.max_to_keep=null", "train"),  # Keep them all.
+    ("trainer.train_steps=0", "train"),  # Saves the initial checkpoint.
+    ("trainer.recovery_max_trials=-1,trainer.loss_upper_bound=null",
+     "train"),  # No loss check, so no bound.
+    ("runtime.mixed_precision_dtype=bfloat16", "train"),
+    ("runtime.mixed_precision_dtype=float32", "train"),
+    # No exporter: its comparison and k are not read.
+    ("trainer.best_checkpoint_eval_metric='',"
+     "trainer.best_checkpoint_metric_comp=bigger,"
+     "trainer.best_checkpoint_top_k=0", "train_and_eval"),
+    ("trainer.best_checkpoint_eval_metric=validation_loss,"
+     "trainer.best_checkpoint_metric_comp=lower", "train_and_eval"),
+    # Training alone never evaluates.
+    ("trainer.validation_steps=0,trainer.validation_interval=-1,"
+     "trainer.best_checkpoint_eval_metric=acuracy", "train"),
+]
+
+
+@pytest.mark.parametrize("override, mode", ACCEPTED,
+                         ids=[f"{r[0]}-{r[1]}" for r in ACCEPTED])
+def test_legitimate_value_passes(tmp_path, override, mode):
+  plan = prepare(override, tmp_path / "m", mode)
+  assert plan.mode.trains
+
+
+def test_an_evaluator_does_not_check_what_only_training_reads():
+  params = build("trainer.steps_per_loop=0,trainer.summary_interval=7,"
+                 "task.train_data.global_batch_size=0")
+  config_checks.check(params, trains=False, evaluates=True)
+
+
+def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
+  # TFM's switch for "save none"; the reference ResNet launcher uses it.
+  prepare("trainer.checkpoint_interval=0", tmp_path / "m", "train")
+  assert any("saves no checkpoint" in r.getMessage() for r in caplog.records)
+
+
+def test_nested_metric_name_is_judged_by_its_first_part():
+  params = build("trainer.best_checkpoint_eval_metric='accuracy|top1'")
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_metric_names_that_cannot_be_known_are_not_refused(monkeypatch):
+  params = build("trainer.best_checkpoint_eval_metric=extra")
+
+  class OwnEvalEnd(custom_trainer.CustomTrainer):
+
+    def eval_end(self, aggregated_logs=None):
+      return dict(super().eval_end(aggregated_logs), extra=1.0)
+
+  config_checks.check_best_checkpoint_metric(params, OwnEvalEnd,
+                                             evaluates=True)
+  with pytest.raises(UsageError):  # The stock eval_end does not log it...
+    config_checks.check_best_checkpoint_metric(
+        params, custom_trainer.CustomTrainer, evaluates=True)
+  # ... but a task that reduces aggregated logs may.
+  monkeypatch.setattr(digits_convnet.DigitsTask, "reduce_aggregated_logs",
+                      lambda self, logs, global_step=None: {"extra": 1.0})
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_the_models_own_metrics_count(monkeypatch):
+  # base_trainer evaluates `model.metrics` too (a compiled model's, say).
+  params = build("trainer.best_checkpoint_eval_metric=auc")
+  monkeypatch.setattr(
+      digits_convnet.DigitsTask, "build_model",
+      lambda self: types.SimpleNamespace(
+          metrics=[types.SimpleNamespace(name="auc")]))
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_launcher_exits_2_before_writing_anything(launch, tmp_path):
+  # The old code wrote params.yaml, then failed with a traceback.
+  run = launch(f"--experiment={EXP}", "--mode=train",
+               "--params_override=trainer.train_steps=abc",
+               model_dir=tmp_path / "m", timeout=120)
+  assert_clean_usage_error(run, "trainer.train_steps='abc': give a whole "
+                           "number of steps")

@@ -1,0 +1,368 @@
+"""Checks the config values the driver uses, before anything is written.
+
+TFM's overrides keep whatever YAML parsed (`trainer.train_steps=abc` is the
+string 'abc', `=100.5` a float, `=null` None), and stock TFM checks a value
+only where it is used: Orbit's `Controller`, TensorFlow's
+`CheckpointManager`, the best-checkpoint exporter, `set_mixed_precision_policy`
+raise on theirs once the run has started (some only after training), and a
+few values are never refused and hang or quietly do nothing. Here each
+raises `UsageError` up front, one message naming the field, its value and
+what is accepted:
+
+    trainer.steps_per_loop=0: give a positive whole number of steps.
+
+`check` runs before the strategy is built: types everywhere in `trainer`
+and `runtime` (a value of the wrong type is wrong in every mode), ranges of
+the fields the mode reads, and Orbit's rule that `summary_interval` is a
+multiple of `steps_per_loop`. `check_best_checkpoint_metric` runs once the
+strategy exists (it builds the task's metrics, and a multi-worker strategy
+must come before the first TensorFlow variable).
+
+TFM's meanings are kept: `validation_steps=-1` evaluates the whole
+validation set, `validation_interval=0` evaluates only after training,
+`checkpoint_interval=0` saves no checkpoint (a warning says so: the
+reference ResNet launcher asks for it), `summary_interval=null` has Orbit
+write no summaries inside loops, `max_to_keep=null` keeps every checkpoint,
+an empty `best_checkpoint_eval_metric` exports no best checkpoint, a
+negative `recovery_max_trials` turns the loss check off, and null stays
+"unset" for any field without a rule here.
+"""
+
+import collections.abc
+import dataclasses
+import difflib
+import functools
+import types
+import typing
+from typing import Any, Callable, Dict, List
+
+from absl import logging
+import tensorflow as tf
+
+from official.core import base_task
+from official.core import base_trainer
+from official.core import config_definitions
+from official.core import task_factory
+from official.modeling import hyperparams
+
+from tfm_ext import custom_trainer
+from tfm_ext import params as params_lib
+from tfm_ext import trainers
+from tfm_ext.errors import UsageError
+
+# The name base_trainer gives its validation loss metric, logged by every
+# evaluation whose task reports a loss.
+VALIDATION_LOSS = "validation_loss"
+
+# What `official.modeling.performance.set_mixed_precision_policy` accepts;
+# it compares with `==`, so TensorFlow's aliases ('half') pass too.
+MIXED_PRECISION_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
+
+# Fields another check owns, with its own advice (`preflight.check_runtime`).
+CHECKED_ELSEWHERE = ("runtime.dataset_num_private_threads",)
+
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+  """What the mode does with the config: which rules apply."""
+  params: config_definitions.ExperimentConfig
+  trains: bool
+  evaluates: bool
+
+  @property
+  def exports_best(self) -> bool:
+    """Whether an exporter keeps best checkpoints (`best_checkpoint`'s rule)."""
+    trainer = self.params.trainer
+    return bool(self.evaluates and trainer.best_checkpoint_export_subdir
+                and trainer.best_checkpoint_eval_metric)
+
+  @property
+  def checks_loss(self) -> bool:
+    """Whether TFM's loss check (its `RecoveryCondition`) runs in training."""
+    trials = self.params.trainer.recovery_max_trials
+    return self.trains and _integer(trials) and trials >= 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """A field, when the mode reads it, and which values it accepts."""
+  field: str  # Dotted, from the ExperimentConfig.
+  applies: Callable[[Use], bool]
+  accepts: Callable[[Any], bool]
+  accepted: str  # Completes "give ...".
+
+
+def _integer(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _at_least(minimum: int, or_null: bool = False) -> Callable[[Any], bool]:
+  return lambda v: (or_null and v is None) or (_integer(v) and v >= minimum)
+
+
+def _mixed_precision(value) -> bool:
+  if not value:  # None or "": TFM sets no policy.
+    return value is None or value == ""
+  try:
+    return isinstance(value, str) and tf.as_dtype(value) in (
+        MIXED_PRECISION_DTYPES)
+  except TypeError:
+    return False
+
+
+def _always(use: Use) -> bool:
+  del use
+  return True
+
+
+def _trains(use: Use) -> bool:
+  return use.trains
+
+
+def _evaluates(use: Use) -> bool:
+  return use.evaluates
+
+
+# In order: a field's rule comes before any rule or check that reads it.
+RULES = (
+    # Every mode: training runs to it, continuous_eval stops at it.
+    Rule("trainer.train_steps", _always, _at_least(0),
+         "a whole number of steps, 0 or more"),
+    Rule("trainer.steps_per_loop", _trains, _at_least(1),
+         "a positive whole number of steps"),
+    Rule("trainer.summary_interval", _trains, _at_least(1, or_null=True),
+         "a positive whole number of steps, a multiple of "
+         "trainer.steps_per_loop, or null for no summaries inside loops"),
+    # 0 or null: no checkpoint at all (Orbit saves only with an interval).
+    Rule("trainer.checkpoint_interval", _trains, _at_least(0, or_null=True),
+         "a positive whole number of steps, or 0 for no checkpoints"),
+    Rule("trainer.validation_interval",
+         lambda use: use.trains and use.evaluates, _at_least(0, or_null=True),
+         "a positive whole number of steps, or 0 to evaluate only after "
+         "training"),
+    Rule("trainer.validation_steps", _evaluates,
+         lambda v: _integer(v) and (v > 0 or v == -1),
+         "a positive whole number of steps, or -1 for the whole validation "
+         "set"),
+    # An evaluator's checkpoint manager takes it too.
+    Rule("trainer.max_to_keep", _always, _at_least(1, or_null=True),
+         "a positive number of checkpoints, or null to keep them all"),
+    Rule("task.train_data.global_batch_size", _trains, _at_least(1),
+         "a positive whole number of examples"),
+    Rule("task.validation_data.global_batch_size", _evaluates, _at_least(1),
+         "a positive whole number of examples"),
+    Rule("trainer.best_checkpoint_metric_comp", lambda use: use.exports_best,
+         lambda v: v in ("higher", "lower"),
+         "'higher' or 'lower' (which values of "
+         "trainer.best_checkpoint_eval_metric are better)"),
+    Rule("trainer.best_checkpoint_top_k", lambda use: use.exports_best,
+         _at_least(1), "a positive number of best checkpoints to keep"),
+    Rule("trainer.recovery_max_trials", _trains, _integer,
+         "a whole number: how often to go back to the last checkpoint after "
+         "a NaN loss or one over trainer.loss_upper_bound (0: fail at once; "
+         "negative: no loss check)"),
+    Rule("trainer.loss_upper_bound", lambda use: use.checks_loss, _number,
+         "a number (the loss above which trainer.recovery_max_trials "
+         "applies)"),
+    Rule("trainer.recovery_begin_steps", lambda use: use.checks_loss,
+         _integer, "a whole number of steps"),
+    Rule("runtime.mixed_precision_dtype", _always, _mixed_precision,
+         "float16, bfloat16 or float32 (TFM sets the policy mixed_float16, "
+         "mixed_bfloat16 or float32 from it), or null for none"),
+)
+
+
+def check(params: config_definitions.ExperimentConfig, *, trains: bool,
+          evaluates: bool) -> None:
+  """Raises `UsageError` for the first config value the mode cannot run.
+
+  Needs no TensorFlow runtime: call it before the strategy is built. Logs a
+  warning for a training run that will save no checkpoint.
+  """
+  use = Use(params=params, trains=trains, evaluates=evaluates)
+  for rule in RULES:
+    value = _get(params, rule.field)
+    if (value is not _MISSING and rule.applies(use)
+        and not rule.accepts(value)):
+      raise UsageError(f"{rule.field}={show(value)}: give {rule.accepted}.")
+  trainer = params.trainer
+  if trains and trainer.summary_interval is not None and (
+      trainer.summary_interval % trainer.steps_per_loop):
+    # Orbit's Controller refuses it, but not with the callable
+    # steps_per_loop that `assembly` gives it.
+    raise UsageError(
+        f"trainer.summary_interval={trainer.summary_interval} is not a "
+        f"multiple of trainer.steps_per_loop={trainer.steps_per_loop}: give "
+        f"a multiple of {trainer.steps_per_loop} (Orbit's Controller "
+        "requires one), or null for no summaries inside loops.")
+  for section in ("trainer", "runtime"):
+    _check_types(getattr(params, section), section)
+  if trains and not trainer.checkpoint_interval:
+    logging.warning(
+        "trainer.checkpoint_interval=%s: this run saves no checkpoint, so "
+        "what it trains is lost when it ends; give a positive number of "
+        "steps to keep it.", show(trainer.checkpoint_interval))
+
+
+def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
+                                 trainer_cls: type, *,
+                                 evaluates: bool) -> None:
+  """Refuses a best-checkpoint metric that the evaluations will not log.
+
+  The logs of TFM's and `CustomTrainer`'s `eval_end` are the task's
+  `build_metrics(training=False)`, the model's own `model.metrics`,
+  `validation_loss` and what the task's `reduce_aggregated_logs` returns.
+  The check builds the task and its metrics (the model too, only if the
+  name is not among those), and refuses nothing when the names cannot be
+  known without running: a trainer with its own `eval_end`, a task with its
+  own `reduce_aggregated_logs`, metrics or a model that cannot be built
+  here. Needs the TensorFlow runtime: call it once the strategy is built.
+  """
+  use = Use(params=params, trains=False, evaluates=evaluates)
+  if not use.exports_best:
+    return
+  metric = params.trainer.best_checkpoint_eval_metric
+  root = metric.split("|")[0]  # TFM's separator of nested logs.
+  if _overrides(trainer_cls, "eval_end", (base_trainer.Trainer,
+                                          custom_trainer.CustomTrainer)):
+    return
+  task = _built(lambda: task_factory.get_task(params.task))
+  if task is None or _overrides(type(task), "reduce_aggregated_logs",
+                                (base_task.Task,)):
+    return
+  names = _built(lambda: _names(task.build_metrics(training=False)))
+  if names is None or root in names + [VALIDATION_LOSS]:
+    return
+  model_names = _built(lambda: _names(task.build_model().metrics))
+  if model_names is None or root in model_names:
+    return
+  known = names + model_names + [VALIDATION_LOSS]
+  close = difflib.get_close_matches(root, known, n=1)
+  guess = f" Did you mean {close[0]!r}?" if close else ""
+  raise UsageError(
+      f"trainer.best_checkpoint_eval_metric={metric!r}: the evaluations of "
+      f"{type(task).__name__} do not log it; they log "
+      f"{', '.join(repr(n) for n in known)}.{guess} Give one of them, or "
+      "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint.")
+
+
+def show(value) -> str:
+  """`value` as a user would write it in YAML ('abc' quoted: a string)."""
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  return repr(value) if isinstance(value, str) else str(value)
+
+
+def _get(params, field: str):
+  return functools.reduce(lambda obj, name: getattr(obj, name, _MISSING),
+                          field.split("."), params)
+
+
+def _overrides(cls: type, method: str, bases) -> bool:
+  """Whether `cls` has its own `method`, not the one of any of `bases`."""
+  return all(getattr(cls, method, None) is not getattr(base, method)
+             for base in bases)
+
+
+def _built(build: Callable[[], Any]) -> Any:
+  """What `build` returns, or None if it fails here.
+
+  A task, its metrics or its model may need what exists only in the run
+  (files, devices, an initialized checkpoint); the run then reports its
+  own error. Here a failure only means the names are not known.
+  """
+  try:
+    return build()
+  except Exception:  # pylint: disable=broad-except
+    logging.info("Could not list the evaluation's metric names here.",
+                 exc_info=True)
+    return None
+
+
+def _names(metrics) -> List[str]:
+  return [metric.name for metric in metrics]
+
+
+# -- Types ------------------------------------------------------------------
+
+_TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",
+               str: "a string"}
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+
+
+def _check_types(config: hyperparams.Config, prefix: str) -> None:
+  """Refuses a value of `config` (recursively) that its annotation does not.
+
+  Fields tfm_ext adds to TFM's configs without annotations (`trainers`,
+  `params.RUNTIME_FIELDS`) are held to the type of their default. None
+  passes: it is TFM's "unset", and the rules above refuse it where it
+  cannot run.
+  """
+  hints = _hints(type(config), prefix.split(".")[0])
+  for name in config.as_dict():
+    field, value = f"{prefix}.{name}", getattr(config, name)
+    if field in CHECKED_ELSEWHERE:
+      continue
+    if isinstance(value, hyperparams.Config):
+      _check_types(value, field)
+    elif not _accepts(hints.get(name), value):
+      raise UsageError(
+          f"{field}={show(value)}: give {_describe(hints[name])}.")
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(config_cls: type, section: str) -> Dict[str, Any]:
+  added = {"trainer": trainers.added_fields(),
+           "runtime": params_lib.RUNTIME_FIELDS}.get(section, {})
+  hints = {name: type(default) for name, default in added.items()
+           if default is not None}
+  try:
+    hints.update(typing.get_type_hints(config_cls))
+  except Exception:  # pylint: disable=broad-except
+    # An annotation that does not resolve outside its module: unchecked.
+    pass
+  return hints
+
+
+def _accepts(hint, value) -> bool:
+  if value is None or hint is None or hint is typing.Any:
+    return True
+  origin = typing.get_origin(hint)
+  if origin in (typing.Union, types.UnionType):
+    return any(_accepts(arg, value) for arg in typing.get_args(hint)
+               if arg is not type(None))
+  if origin in _SEQUENCES:
+    args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+    if len(args) != 1:
+      return isinstance(value, (list, tuple))
+    if not isinstance(value, (list, tuple)):
+      # TFM's own configs give one value for a list now and then (ViT's
+      # include_in_weight_decay regex), and run.
+      return _accepts(args[0], value)
+    return all(_accepts(args[0], v) for v in value)
+  if hint is bool:
+    return isinstance(value, bool)
+  if hint is int:
+    return _integer(value)
+  if hint is float:
+    return _number(value)
+  if hint is str:
+    return isinstance(value, str)
+  return True  # A sub-config (walked on its own), a dict, another class.
+
+
+def _describe(hint) -> str:
+  if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    return " or ".join(_describe(arg) for arg in typing.get_args(hint)
+                       if arg is not type(None))
+  if typing.get_origin(hint) in _SEQUENCES:
+    return "a list"
+  return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
