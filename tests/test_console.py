@@ -28,3 +28,18 @@ def test_steady_examples_per_second_span_every_loop_after_the_first():
   assert last.startswith("step 21/41 | training_loss 0.5 | 20 ex/s")
   # 20 steps left at the steady 0.25 s a step.
   assert last.endswith("ETA 0:00:05")
+
+
+def test_the_eta_comes_from_steps_when_the_batch_size_is_unknown():
+  # TFM's mock task leaves global_batch_size at 0: no ex/s, but an ETA.
+  step = tf.Variable(0, dtype=tf.int64)
+  now = [0.0]
+  stream = io.StringIO()
+  progress = console.TrainProgress(
+      global_step=step, total_steps=30, global_batch_size=0, start_time=0.0,
+      clock=lambda: now[0], stream=stream)
+  for steps in (10, 10):
+    step.assign_add(steps)
+    now[0] += 2.0
+    progress({})
+  assert stream.getvalue().splitlines()[-1] == "step 20/30 | 0 ex/s | ETA 0:00:02"

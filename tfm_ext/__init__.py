@@ -27,6 +27,7 @@ from tfm_ext.actions import ActionContext
 from tfm_ext.actions import register_action
 from tfm_ext.custom_trainer import CustomTrainer
 from tfm_ext.errors import UsageError
+from tfm_ext.experiment import run_experiment
 from tfm_ext.models import build_model
 from tfm_ext.models import MODELS
 from tfm_ext.models import register_model

@@ -12,7 +12,7 @@ the parts exist.
 import dataclasses
 import os
 import tempfile
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence
 
 from absl import logging
 import orbit
@@ -71,8 +71,31 @@ class FirstStepThenEvery:
     return self._steps_per_loop - global_step % self._steps_per_loop
 
 
-def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
-  """Builds the parts of `plan` (a `tfm_ext.driver.Plan`)."""
+@dataclasses.dataclass(frozen=True)
+class Supplied:
+  """Parts the caller built itself, as TFM's `run_experiment` takes them.
+
+  `task` and `trainer`, when given, are used instead of being built (the
+  trainer must have been built with the task, under the strategy's scope);
+  the actions run after the driver's own; `controller_cls` replaces
+  `orbit.Controller`; the summary managers replace ours, and without
+  `save_summary` no summaries are written. `post_eval` builds the evaluator
+  for an evaluation after a training-only mode.
+  """
+  task: Optional[base_task.Task] = None
+  trainer: Optional[base_trainer.Trainer] = None
+  train_actions: Sequence[actions.Action] = ()
+  eval_actions: Sequence[actions.Action] = ()
+  controller_cls: type = orbit.Controller
+  summary_manager: Any = None
+  eval_summary_manager: Any = None
+  save_summary: bool = True
+  post_eval: bool = False
+
+
+def assemble(plan, watcher: preemption.SignalWatcher,
+             supplied: Supplied = Supplied()) -> Parts:
+  """Builds the parts of `plan` (a `tfm_ext.driver.Plan`) not `supplied`."""
   request, mode, strategy = plan.request, plan.mode, plan.strategy
   params, model_dir = request.params, request.model_dir
   deterministic = determinism.apply(params.runtime)
@@ -83,13 +106,15 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
   if params.runtime.mixed_precision_dtype:
     performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
 
+  evaluates = mode.evaluates or supplied.post_eval
   with strategy.scope():
-    task = task_factory.get_task(params.task, logging_dir=write_dir)
-    exporter = (best_checkpoint.maybe_create(params, write_dir)
-                if mode.evaluates else None)
-    trainer = train_utils.create_trainer(
-        params, task, train=mode.trains, evaluate=mode.evaluates,
-        checkpoint_exporter=exporter, trainer_cls=plan.trainer_cls)
+    task = supplied.task or task_factory.get_task(params.task,
+                                                  logging_dir=write_dir)
+    trainer = supplied.trainer or train_utils.create_trainer(
+        params, task, train=mode.trains, evaluate=evaluates,
+        checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
+                             if evaluates else None),
+        trainer_cls=plan.trainer_cls)
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
@@ -107,8 +132,11 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
   summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
       "train", params.trainer.validation_summary_subdir)]
   train_summaries, eval_summaries = (
-      summaries.ScalarSummaryManager(d, tf.summary.scalar, global_step=step)
-      for d in summary_dirs)
+      given or (summaries.ScalarSummaryManager(d, tf.summary.scalar,
+                                               global_step=step)
+                if supplied.save_summary else None)
+      for d, given in zip(summary_dirs, (supplied.summary_manager,
+                                         supplied.eval_summary_manager)))
   progress = console.TrainProgress(
       global_step=step, total_steps=params.trainer.train_steps,
       global_batch_size=params.task.train_data.global_batch_size,
@@ -118,12 +146,14 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
       params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
       checkpoint_manager=manager, strategy=strategy, chief=chief)
   train_actions = (_train_actions(context, progress, train_summaries, watcher)
-                   if mode.trains else [])
+                   + list(supplied.train_actions) if mode.trains else [])
   eval_actions = [eval_progress] + _eval_actions(
-      context, eval_summaries, watcher, trains=mode.trains)
+      context, eval_summaries, watcher,
+      trains=mode.trains) + list(supplied.eval_actions)
 
   console.quiet_orbit_controller()
-  controller = orbit.Controller(  # Restores the latest checkpoint, if any.
+  # Restores the latest checkpoint, if any.
+  controller = supplied.controller_cls(
       strategy=strategy,
       trainer=trainer if mode.trains else None,
       evaluator=trainer,
@@ -131,8 +161,8 @@ def assemble(plan, watcher: preemption.SignalWatcher) -> Parts:
       steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
       checkpoint_manager=manager,
       enable_async_checkpointing=request.enable_async_checkpointing,
-      summary_dir=summary_dirs[0],
-      eval_summary_dir=summary_dirs[1],
+      summary_dir=summary_dirs[0] if supplied.save_summary else None,
+      eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
       summary_interval=params.trainer.summary_interval,
       summary_manager=train_summaries,
       eval_summary_manager=eval_summaries,

@@ -111,12 +111,15 @@ class TrainProgress:
                                       now - self._last[1], self._batch)
       if loop_rate is not None:
         parts.append(f"{loop_rate:.0f} ex/s")
-      steady_rate = examples_per_second(step - self._steady[0],
-                                        now - self._steady[1], self._batch)
+      steady_steps, steady_seconds = (step - self._steady[0],
+                                      now - self._steady[1])
+      steady_rate = examples_per_second(steady_steps, steady_seconds,
+                                        self._batch)
       if steady_rate is not None:
         self.examples_per_second = steady_rate
+        # From steps, not examples: a task may leave global_batch_size 0.
         remaining = max(self._total_steps - step, 0)
-        eta = remaining * self._batch / steady_rate
+        eta = remaining * steady_seconds / steady_steps
         parts.append(f"ETA {_format_duration(eta)}")
     self._last = (step, now)
     print(" | ".join(parts), file=self._stream, flush=True)

@@ -26,7 +26,6 @@ hooks are for model logic; what runs around it (progress, checks, exports,
 notifications) is an action (`tfm_ext.register_action`).
 """
 
-import inspect
 from typing import Any, Dict, Tuple
 
 from absl import logging
@@ -121,8 +120,7 @@ class CustomTrainer(base_trainer.Trainer):
     if isinstance(dataset_or_fn, tf.data.Dataset):
       return super().distribute_dataset(
           inputs.with_input_threads(dataset_or_fn, threads), *args, **kwargs)
-    takes_context = "input_context" in inspect.getfullargspec(
-        dataset_or_fn).args
+    takes_context = inputs.takes_input_context(dataset_or_fn)
     input_options = kwargs.pop("input_options", None)  # Orbit's, not the fn's.
 
     def dataset_fn(input_context=None):  # Orbit passes it by this name.

@@ -133,12 +133,17 @@ def run(plan: Plan,
   """Builds the parts and runs the mode; returns what happened.
 
   A run stopped by a signal (its checkpoint saved) returns status
-  "preempted", one that failed on its data (a corrupt record, a non-finite
-  loss; the last checkpoint intact) "failed"; `message` says why.
+  "preempted", one that failed on its data (a corrupt record, a loss that
+  diverged; the last checkpoint intact) "failed"; `message` says why.
   """
-  request, mode = plan.request, plan.mode
   watcher = watcher or preemption.SignalWatcher(signals=())
-  parts = assembly.assemble(plan, watcher)
+  return run_parts(plan, assembly.assemble(plan, watcher), watcher)
+
+
+def run_parts(plan: Plan, parts: assembly.Parts,
+              watcher: preemption.SignalWatcher) -> RunSummary:
+  """Runs the mode of `plan` on assembled `parts`; see `run`."""
+  request, mode = plan.request, plan.mode
   resumes = 0
   if mode.trains and parts.chief:
     # Only training writes params.yaml: an evaluator beside the trainer on

@@ -12,7 +12,7 @@ class UsageError(Exception):
   EXIT_CODE = 2
 
 
-class RunFailed(Exception):
+class RunFailed(RuntimeError):
   """The run cannot go on: corrupt input data, a non-finite loss.
 
   Not a bug in code: the launcher prints the message without a traceback

@@ -8,6 +8,7 @@ its slice. Datasets also get the tf.data thread pool of `input_threads`.
 """
 
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -33,6 +34,11 @@ def host_input_supported(strategy: tf.distribute.Strategy) -> bool:
       tf.distribute.TPUStrategy,
       tf.distribute.experimental.ParameterServerStrategy))
 
+def takes_input_context(dataset_fn) -> bool:
+  """Whether `dataset_fn` takes `input_context`: Orbit passes it only then."""
+  return "input_context" in inspect.signature(dataset_fn).parameters
+
+
 def host_pipeline(task, data_config, strategy: tf.distribute.Strategy,
                   threads: int):
   """`(dataset, iterator)` of this worker's host pipeline, or `(None, None)`.
@@ -44,10 +50,10 @@ def host_pipeline(task, data_config, strategy: tf.distribute.Strategy,
   """
   if not host_input_supported(strategy):
     return None, None
-  dataset = with_input_threads(
-      task.build_inputs(data_config,
-                        input_context=host_input_context(strategy)),
-      threads)
+  context = ({"input_context": host_input_context(strategy)}
+             if takes_input_context(task.build_inputs) else {})
+  dataset = with_input_threads(task.build_inputs(data_config, **context),
+                               threads)
   iterator = iter(dataset)
   why_not = unsaveable_reason(iterator)
   if why_not:

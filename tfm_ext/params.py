@@ -208,6 +208,14 @@ RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
                   "mirror_one_device": False}
 
 
+def with_tfm_ext_fields(params: config_definitions.ExperimentConfig
+                        ) -> config_definitions.ExperimentConfig:
+  """An unlocked copy of `params` with tfm_ext's fields where it lacks them."""
+  params = params.replace()
+  _add_missing_fields(params)
+  return params
+
+
 def _add_missing_fields(params) -> None:
   """Adds tfm_ext's config fields, with defaults, where the config lacks them.
 
