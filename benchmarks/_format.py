@@ -9,7 +9,7 @@ VARIANT_NAMES = {
     "keras_fit_tensorboard": ("Keras `Model.fit` with its `TensorBoard` "
                               "callback (the same summaries as ours)"),
     "ours_steps_per_loop_200": "ours, `steps_per_loop=200`",
-    "ours_xla": "ours, `runtime.enable_xla=true`",
+    "ours_xla": "ours, `runtime.xla_on_cpu=true`",
     "ours_one_replica_mirror": ("ours, `runtime.mirror_one_device=true` "
                                 "(TFM's one-replica `MirroredStrategy`)"),
     "ours_tf_data_pool": ("ours, `runtime.dataset_num_private_threads=0` "

@@ -280,7 +280,7 @@ def _xla_off(results: Results) -> List[Claim]:
     more = figure(xla, "peak_rss_mib")[0] - figure(ours, "peak_rss_mib")[0]
     claims.append(Claim(
         anchor=anchor,
-        name=f"`runtime.enable_xla` off on the CPU ({workload})",
+        name=f"`runtime.xla_on_cpu` off on the CPU ({workload})",
         measured=(f"XLA on: {_format.rate(figure(xla)[0])} ex/s vs "
                   f"{_format.rate(figure(ours)[0])} ({1 / ratio:.2f}x), first "
                   f"step {later:+.1f} s, peak RSS {more:+.0f} MiB"),

@@ -147,7 +147,7 @@ VARIANTS = {
     "ours_steps_per_loop_200": Variant(
         "ours", "trainer.steps_per_loop=200,trainer.summary_interval=200",
         ("digits_convnet",), max_repeats=2),
-    "ours_xla": Variant("ours", "runtime.enable_xla=true",
+    "ours_xla": Variant("ours", "runtime.xla_on_cpu=true",
                         ("digits_convnet", "resnet50"), max_repeats=2),
     # TFM's `mirrored` on one CPU device: a one-replica MirroredStrategy,
     # which ours replaces with no strategy.

@@ -36,8 +36,20 @@ def test_hooks_run_in_documented_order_and_number(run_in_process, tmp_path):
   assert summary.train_metrics["downstream/loop_ends"] == 3.0
 
 
-def test_enable_xla_compiles_the_task_step_on_cpu(run_in_process, tmp_path):
-  override = ("runtime.enable_xla=true,trainer.train_steps=20,"
+def test_enable_xla_compiles_nothing_on_cpu_as_in_tfm(run_in_process,
+                                                       tmp_path):
+  run_in_process("digits_convnet", "train", tmp_path / "m",
+                 "runtime.enable_xla=true,trainer.train_steps=2,"
+                 "trainer.steps_per_loop=1", trainer="recording")
+  trainer = downstream_registry.RecordingTrainer.instances[-1]
+  # pylint: disable=protected-access
+  assert not isinstance(trainer._run_replicas,
+                        tf.types.experimental.GenericFunction)
+  assert trainer._task_train_step == trainer.task.train_step
+
+
+def test_xla_on_cpu_compiles_the_replicated_step(run_in_process, tmp_path):
+  override = ("runtime.xla_on_cpu=true,trainer.train_steps=20,"
               "trainer.steps_per_loop=10,trainer.validation_interval=20")
   summary, _ = run_in_process("digits_convnet", "train", tmp_path / "m",
                               override, trainer="recording")
@@ -70,7 +82,7 @@ def test_xla_path_rejects_an_op_xla_cannot_compile(run_in_process, tmp_path):
     assert summary.global_step == 2
     with pytest.raises(tf.errors.InvalidArgumentError, match="XLA|compil"):
       run_in_process("digits_two_optimizers", "train", tmp_path / "xla",
-                     base + "runtime.enable_xla=true")
+                     base + "runtime.xla_on_cpu=true")
   finally:
     downstream_registry.TwoOptimizerTask.train_step = original
 

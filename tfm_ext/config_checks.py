@@ -46,8 +46,7 @@ from official.core import task_factory
 from official.modeling import hyperparams
 
 from tfm_ext import custom_trainer
-from tfm_ext import params as params_lib
-from tfm_ext import trainers
+from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
 # The name base_trainer gives its validation loss metric, logged by every
@@ -301,8 +300,8 @@ _SEQUENCES = (list, tuple, collections.abc.Sequence)
 def _check_types(config: hyperparams.Config, prefix: str) -> None:
   """Refuses a value of `config` (recursively) that its annotation does not.
 
-  Fields tfm_ext adds to TFM's configs without annotations (`trainers`,
-  `params.RUNTIME_FIELDS`) are held to the type of their default. None
+  Fields tfm_ext adds to TFM's configs without annotations
+  (`params_file.added_defaults()`) are held to the type of their default. None
   passes: it is TFM's "unset", and the rules above refuse it where it
   cannot run.
   """
@@ -320,8 +319,7 @@ def _check_types(config: hyperparams.Config, prefix: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _hints(config_cls: type, section: str) -> Dict[str, Any]:
-  added = {"trainer": trainers.added_fields(),
-           "runtime": params_lib.RUNTIME_FIELDS}.get(section, {})
+  added = params_file.added_defaults().get(section, {})
   hints = {name: type(default) for name, default in added.items()
            if default is not None}
   try:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Tuple
 import tensorflow as tf
 import yaml
 
+from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
 # Dotted prefixes of fields that a resumed run may change.
@@ -63,10 +64,16 @@ def check(params, model_dir: str, allow_change: bool) -> None:
   saved = f"{model_dir}/params.yaml"
   if not (tf.io.gfile.exists(saved) and tf.train.latest_checkpoint(model_dir)):
     return
-  with tf.io.gfile.GFile(saved) as f:
-    old = yaml.load(f, Loader=yaml.FullLoader) or {}
-  # Round-trip through YAML as TFM writes it, so both sides have one type.
-  new = yaml.load(yaml.dump(params.as_dict()), Loader=yaml.FullLoader)
+  # A params.yaml stock TFM wrote lacks our fields: they are their defaults.
+  try:
+    old = params_file.read(saved, defaults=params_file.added_defaults())
+  except (yaml.YAMLError, ValueError, UnicodeDecodeError) as e:
+    raise UsageError(
+        f"{saved} is damaged ({e}), so resuming --model_dir={model_dir!r} "
+        "cannot be checked against its config. Restore the file, or remove "
+        "it to resume with this config.") from e
+  # Round-trip through YAML, so both sides have one type.
+  new = yaml.load(params_file.dump(params.as_dict()), Loader=params_file.Loader)
   lines = diff(old, new)
   if lines and not allow_change:
     raise UsageError(

@@ -53,8 +53,9 @@ class CustomTrainer(base_trainer.Trainer):
       input iterator is in the checkpoint: a resumed run reads exactly the
       batches an uninterrupted one would; so are the random generators of
       Keras layers, when they use them (deterministic mode).
-    * `runtime.enable_xla` compiles the train step with XLA on CPU too (TFM
-      compiles only when `num_gpus > 0`); see `_build_xla_step`.
+    * `runtime.enable_xla` compiles the train step with GPUs, as TFM does;
+      `runtime.xla_on_cpu` compiles it on one CPU device too
+      (`devices.xla_scope`).
     * `train_loop_end` reports the learning rate of every optimizer when the
       model trains with several (`learning_rate/<name>`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
@@ -98,21 +99,22 @@ class CustomTrainer(base_trainer.Trainer):
     self._loop_ends = 0
     self._task_train_step = task.train_step
     self._run_replicas = self._run_replicas_eagerly_or_traced
-    if config.runtime.enable_xla:
-      self._build_xla_step()
+    self._build_xla_step(config.runtime)
 
-  def _build_xla_step(self):
+  def _build_xla_step(self, runtime):
     """Compiles the task step, or the whole replicated step, with XLA."""
-    where = devices.xla_scope(devices.local_devices(self.strategy))
+    local = devices.local_devices(self.strategy)
+    where = devices.xla_scope(runtime, local)
+    if runtime.enable_xla and where is None:
+      logging.info("runtime.enable_xla compiles nothing on %s, as in TFM "
+                   "(XLA with GPUs only); runtime.xla_on_cpu=true compiles "
+                   "the step on a CPU.", list(local))
     if where == "task_step":
       self._task_train_step = tf.function(self.task.train_step,
                                           jit_compile=True)
     elif where == "replicated_step":
       self._run_replicas = tf.function(self._run_replicas_eagerly_or_traced,
                                        jit_compile=True)
-    else:
-      raise ValueError(devices.xla_unsupported_message(
-          devices.local_devices(self.strategy)))
 
   def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
     """TFM's `distribute_dataset`, the datasets given `input_threads`."""

@@ -20,23 +20,32 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
   return os.cpu_count() or 1
 
-def xla_scope(devices: Sequence[str]) -> Optional[str]:
-  """Says what XLA can compile on `devices`, or None if nothing.
+def xla_scope(runtime, devices: Sequence[str]) -> Optional[str]:
+  """Says what the train step compiles with XLA on `devices`, or None.
 
-  A task step applies gradients, which synchronizes replicas. TensorFlow lets
-  a compiled function synchronize only on GPUs (TFM's case): there each
-  replica's task step is compiled ("task_step"). On a single device (CPU
-  included) the whole `strategy.run` is compiled, so the synchronization
-  happens inside the compiled function ("replicated_step").
+  `runtime.enable_xla` compiles where TFM compiles, with GPUs: each
+  replica's task step ("task_step"). On CPUs, where XLA ran these models
+  slower than TensorFlow's kernels (benchmarks/RESULTS.md#default-xla-off),
+  TFM's configs that set it (`resnet_imagenet`) compile nothing, as in TFM;
+  `runtime.xla_on_cpu` is the separate opt-in. There a task step applies
+  gradients, which synchronizes replicas, and TensorFlow lets a compiled
+  function synchronize only on GPUs, so the whole `strategy.run` compiles,
+  on a single device only ("replicated_step").
+
+  Raises:
+    ValueError: `runtime.xla_on_cpu` with several non-GPU devices.
   """
   if all("GPU" in d.upper() for d in devices):
-    return "task_step"
+    return "task_step" if runtime.enable_xla else None
+  if not getattr(runtime, "xla_on_cpu", False):
+    return None
   if len(devices) == 1:
     return "replicated_step"
-  return None
+  raise ValueError(xla_unsupported_message(devices))
+
 
 def xla_unsupported_message(devices: Sequence[str]) -> str:
-  return (f"runtime.enable_xla=true cannot compile a step replicated over "
+  return (f"runtime.xla_on_cpu=true cannot compile a step replicated over "
           f"{len(devices)} non-GPU devices {list(devices)}: TensorFlow "
           "compiles replica synchronization only on GPUs. Use one device or "
-          "set runtime.enable_xla=false.")
+          "set runtime.xla_on_cpu=false.")

@@ -21,13 +21,13 @@ import tensorflow as tf
 import tf_keras
 
 from official.core import config_definitions
-from official.core import train_utils
 
 from tfm_ext import assembly
 from tfm_ext import config_checks
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
 from tfm_ext import modes
+from tfm_ext import params_file
 from tfm_ext import preemption
 from tfm_ext import preflight
 from tfm_ext import run_summary
@@ -148,7 +148,7 @@ def run_parts(plan: Plan, parts: assembly.Parts,
   if mode.trains and parts.chief:
     # Only training writes params.yaml: an evaluator beside the trainer on
     # the same model_dir must not race it for the file.
-    train_utils.serialize_config(request.params, request.model_dir)
+    params_file.write(request.params, request.model_dir)
     continuous_eval.clear_training_complete(request.model_dir)
   if mode.trains:
     resumes = run_summary.record_training_start(parts.write_dir,

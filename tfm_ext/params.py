@@ -29,6 +29,7 @@ from official.modeling import hyperparams
 
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
+from tfm_ext import params_file
 from tfm_ext import registry
 from tfm_ext import trainers
 from tfm_ext.errors import UsageError
@@ -99,8 +100,13 @@ def build(sources: ConfigSources,
   _add_missing_fields(params)
   trained = None
   if follow:
-    params = _override(params, follow, f"The trainer's config {follow!r} "
-                       f"(for --experiment={sources.experiment})")
+    where = (f"The trainer's config {follow!r} (for --experiment="
+             f"{sources.experiment})")
+    try:
+      saved = params_file.read(follow)
+    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as e:
+      raise UsageError(f"{where} is damaged: {e}") from e
+    params = _override(params, saved, where)
     trained = params.as_dict()
 
   for path in sources.config_files:
@@ -201,13 +207,6 @@ def _check_evaluation_only(trained, requested, follow: str) -> None:
         "--model_dir.")
 
 
-# Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.determinism`'s, and
-# whether `mirrored` on one CPU device keeps a one-replica mirror
-# (`tfm_ext.strategies.build_strategy`).
-RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
-                  "mirror_one_device": False}
-
-
 def with_tfm_ext_fields(params: config_definitions.ExperimentConfig
                         ) -> config_definitions.ExperimentConfig:
   """An unlocked copy of `params` with tfm_ext's fields where it lacks them."""
@@ -222,8 +221,7 @@ def _add_missing_fields(params) -> None:
   Experiments built on `tfm_ext.TrainerConfig` declare the trainer ones; TFM's
   own experiments get them here, so YAML files and overrides can set them.
   """
-  for section, fields in (("trainer", trainers.added_fields()),
-                          ("runtime", RUNTIME_FIELDS)):
+  for section, fields in params_file.added_defaults().items():
     present = getattr(params, section).as_dict()
     missing = {k: v for k, v in fields.items() if k not in present}
     if missing:

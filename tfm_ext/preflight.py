@@ -24,9 +24,11 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
           strategy: tf.distribute.Strategy) -> None:
   """Raises `UsageError` for the first problem a run would hit later."""
   devices = devices_lib.local_devices(strategy)
-  if (trains and params.runtime.enable_xla
-      and devices_lib.xla_scope(devices) is None):
-    raise UsageError(devices_lib.xla_unsupported_message(devices))
+  if trains:
+    try:
+      devices_lib.xla_scope(params.runtime, devices)
+    except ValueError as e:
+      raise UsageError(str(e)) from e
   if (trains and params.trainer.train_tf_while_loop
       and not params.trainer.train_tf_function):
     raise UsageError(

@@ -1,0 +1,5 @@
+"""A downstream fork of TFM's vision trainer onto tfm_ext: four lines."""
+from absl import app
+import tfm_ext.launcher
+import official.vision.registry_imports  # pylint: disable=unused-import
+app.run(tfm_ext.launcher.main)
