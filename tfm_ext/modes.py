@@ -12,6 +12,7 @@ import orbit
 from official.core import config_definitions
 
 from tfm_ext import continuous_eval
+from tfm_ext import export
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
 
@@ -82,6 +83,12 @@ def _continuous_eval(ctx: ModeContext) -> Logs:
       timeout=trainer.continuous_eval_timeout, should_stop=ctx.should_stop)
 
 
+def _export(ctx: ModeContext) -> Logs:
+  """Writes the best (else latest) checkpoint to `model_dir/export/<step>/`."""
+  export.export_model_dir(ctx.controller.evaluator, ctx.params, ctx.model_dir)
+  return None
+
+
 MODES = {
     "train": Mode(trains=True, evaluates=False, run=_train),
     "eval": Mode(trains=False, evaluates=True, run=_eval,
@@ -91,6 +98,8 @@ MODES = {
                                 run=_train_and_post_eval),
     "continuous_eval": Mode(trains=False, evaluates=True,
                             run=_continuous_eval, waits_for_trainer=True),
+    "export": Mode(trains=False, evaluates=False, run=_export,
+                   needs_checkpoint=True),
 }
 
 

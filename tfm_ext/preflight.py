@@ -46,7 +46,8 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
     _check_input_path(where, data)
   if needs_checkpoint and not tf.train.latest_checkpoint(model_dir):
     raise UsageError(
-        f"No checkpoint in --model_dir={model_dir!r} to evaluate. Train first "
+        f"No checkpoint in --model_dir={model_dir!r} to evaluate or export. "
+        "Train first "
         "(--mode=train or train_and_eval), or point --model_dir at a "
         "directory that holds checkpoints.")
 

@@ -15,17 +15,20 @@ training used.
 
 The model is rebuilt and the checkpoint's `model` restored into it; every
 weight must be found there. Works on this repository's checkpoints and the
-reference runner's (`tf.train.Checkpoint(model=..., optimizer=...)`).
+reference runner's (`tf.train.Checkpoint(model=..., optimizer=...)`). Each
+SavedModel is written as `--mode=export` writes any experiment's
+(`tfm_ext.export`: `restore`, `ServingModule`, `save`), its
+`serving_default` taking `inputs` and returning `outputs`.
 """
 
 import os
 from typing import Dict
 
-import tensorflow as tf
 import tf_keras
 
 from experiments.imagenet import input_pipeline
 from experiments.imagenet import resnet50
+from tfm_ext import export
 
 SAVED_MODELS = ("classification", "feature-vector")
 
@@ -40,8 +43,7 @@ def restore(checkpoint_path: str,
   """
   model = resnet50.build_resnet50(
       model_config.replace(data_format="channels_last"))
-  status = tf.train.Checkpoint(model=model).read(checkpoint_path)
-  status.expect_partial().assert_existing_objects_matched()
+  export.restore(checkpoint_path, model=model)
   return model
 
 
@@ -64,8 +66,10 @@ def export_saved_models(checkpoint_path: str, export_dir: str,
                         model_config: resnet50.ResNet50Config
                         ) -> Dict[str, str]:
   """Restores `checkpoint_path`, writes both SavedModels; returns their paths."""
-  models = hub_models(restore(checkpoint_path, model_config))
-  paths = {name: os.path.join(export_dir, name) for name in SAVED_MODELS}
-  for name, path in paths.items():
-    models[name].save(path, include_optimizer=False)
+  paths = {}
+  for name, model in hub_models(restore(checkpoint_path,
+                                        model_config)).items():
+    module = export.ServingModule(model_config, model,
+                                  export.model_inputs(model))
+    paths[name] = export.save(module, os.path.join(export_dir, name))
   return paths

@@ -1,0 +1,212 @@
+"""Exports a model as a SavedModel whose `serving_default` takes its inputs.
+
+`--mode=export` writes the best checkpoint of `model_dir` (the one
+`best_ckpt/`'s state file names: ours and TFM's exporter both keep it on the
+best), else the latest, to `model_dir/export/<step>/`:
+
+    restore(checkpoint, model=..., global_step=...)   every model weight
+    serving_inputs(model, task, trainer)   -> ServingInputs (the hook below)
+    ServingModule(params, model, inputs)   TFM's `export_base.ExportModule`
+    save(module, export_dir)               written whole, never overwritten
+
+The signature's tensors are named after the model's inputs: `inputs` for a
+model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys or
+input names for several. Its outputs are the model's: a dict as it is, one
+tensor as `outputs`, several as `outputs_0`, `outputs_1`...
+
+How serving inputs become model inputs is a hook. A trainer or task (the
+trainer's wins) that defines
+
+    def serving_inputs(self, model) -> tfm_ext.export.ServingInputs:
+      return ServingInputs(
+          specs={"image_bytes": tf.TensorSpec([None], tf.string)},
+          prepare=lambda inputs: tf.map_fn(decode_png, inputs["image_bytes"],
+                                           fn_output_signature=image_spec))
+
+exports a model that takes PNG bytes (`PngServingTrainer` in
+tests/test_export.py is the whole of one); `prepare` is traced into the
+SavedModel and must hold no state of its own (variables and tables belong in
+the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
+(`experiments/imagenet/export.py`) are two more uses of `restore`,
+`ServingModule` and `save`.
+"""
+
+import dataclasses
+import os
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from official.core import export_base
+
+from tfm_ext.errors import UsageError
+
+SUBDIR = "export"
+SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingInputs:
+  """What `serving_default` takes and how that becomes the model's inputs.
+
+  Attributes:
+    specs: the signature's tensors by name; a batch dimension of None lets
+      a client send any number of examples.
+    prepare: takes `{name: tensor}` as `specs` describe them and returns
+      what the model is called on; traced into the SavedModel.
+  """
+  specs: Mapping[str, tf.TensorSpec]
+  prepare: Callable[[Dict[str, tf.Tensor]], Any]
+
+
+def model_inputs(model: tf_keras.Model) -> ServingInputs:
+  """The model's own inputs, as a functional or Sequential model declares them.
+
+  Raises:
+    UsageError: the model declares none (a subclassed model never called);
+      define `serving_inputs` on the task or trainer.
+  """
+  try:
+    structure = model.input
+  except (AttributeError, ValueError) as e:
+    raise UsageError(
+        f"Cannot tell what model {model.name!r} takes ({e}). Define "
+        "`serving_inputs(self, model)` on the task or trainer, returning a "
+        "tfm_ext.export.ServingInputs.") from e
+
+  def spec(keras_tensor, name):
+    return tf.TensorSpec([None] + list(keras_tensor.shape[1:]),
+                         keras_tensor.dtype, name=name)
+
+  if isinstance(structure, Mapping):
+    return ServingInputs({k: spec(t, k) for k, t in structure.items()}, dict)
+  if isinstance(structure, (list, tuple)):
+    names = list(model.input_names)
+    return ServingInputs({n: spec(t, n) for n, t in zip(names, structure)},
+                         lambda inputs: [inputs[n] for n in names])
+  return ServingInputs({"inputs": spec(structure, "inputs")},
+                       lambda inputs: inputs["inputs"])
+
+
+def serving_inputs(model: tf_keras.Model, *owners) -> ServingInputs:
+  """The first of `owners` (trainer, task) with `serving_inputs`, else the model's."""
+  for owner in owners:
+    hook = getattr(owner, "serving_inputs", None)
+    if hook is not None:
+      return hook(model)
+  return model_inputs(model)
+
+
+def _infer(inputs, model):
+  # TFM's default step is `model.call`, which leaves `training` to the
+  # model's default; dropout and batch norm must run as in evaluation.
+  return model(inputs, training=False)
+
+
+def _named(outputs) -> Dict[str, tf.Tensor]:
+  if isinstance(outputs, Mapping):
+    return dict(outputs)
+  if isinstance(outputs, (list, tuple)):
+    return {f"outputs_{i}": t for i, t in enumerate(outputs)}
+  return {"outputs": outputs}
+
+
+class ServingModule(export_base.ExportModule):
+  """TFM's export module for any model: `serve` prepares inputs, then infers."""
+
+  def __init__(self, params, model: tf_keras.Model, inputs: ServingInputs):
+    super().__init__(params, model, inference_step=_infer,
+                     preprocessor=inputs.prepare)
+    self._specs = dict(inputs.specs)
+
+  @tf.function
+  def serve(self, **inputs) -> Dict[str, tf.Tensor]:
+    """`{name: tensor}` as `ServingInputs.specs` says -> named model outputs."""
+    return _named(self.inference_step(self.preprocessor(inputs)))
+
+  def get_inference_signatures(self, function_keys: Mapping[str, str]):
+    """`serve` under each signature name of `function_keys`' values."""
+    serve = self.serve.get_concrete_function(**self._specs)
+    return {name: serve for name in function_keys.values()}
+
+
+def restore(checkpoint_path: str, **objects) -> None:
+  """Reads `objects` (`model=`, `global_step=`) from a checkpoint.
+
+  What else the checkpoint holds (the optimizer, the input iterator) is
+  left unread.
+
+  Raises:
+    AssertionError: a weight of `objects` has no value in the checkpoint (a
+      different architecture or `num_classes`), as TFM's export asserts.
+  """
+  status = tf.train.Checkpoint(**objects).read(checkpoint_path)
+  status.expect_partial().assert_existing_objects_matched()
+
+
+def save(module: ServingModule, export_dir: str) -> str:
+  """Writes `module.model` with the module's `serving_default`; returns the dir.
+
+  TFM's `export_base.export` saves the module as the SavedModel's root;
+  here the root is the model, so the SavedModel also loads with
+  `tf_keras.models.load_model` (the TF-Hub exports rely on it). It is
+  written into a hidden sibling and renamed into place: on a local disk a
+  reader (TF Serving watching `export/`) never sees it half-written, and an
+  interrupted export leaves only the hidden directory, replaced by the next.
+
+  Raises:
+    FileExistsError: `export_dir` exists; it is never overwritten.
+  """
+  export_dir = export_dir.rstrip("/")
+  if tf.io.gfile.exists(export_dir):
+    raise FileExistsError(f"{export_dir} exists; not overwritten.")
+  parent, name = os.path.split(export_dir)
+  partial = os.path.join(parent, f".{name}.partial")
+  if tf.io.gfile.exists(partial):
+    tf.io.gfile.rmtree(partial)
+  module.model.save(partial, save_format="tf", include_optimizer=False,
+                    signatures=module.get_inference_signatures(
+                        {"serve": SIGNATURE}))
+  tf.io.gfile.rename(partial, export_dir)
+  return export_dir
+
+
+def checkpoint_to_export(model_dir: str, best_subdir: str) -> str:
+  """The best checkpoint in `model_dir/best_subdir`, else the latest.
+
+  Raises:
+    UsageError: `model_dir` holds neither.
+  """
+  best = (tf.train.latest_checkpoint(os.path.join(model_dir, best_subdir))
+          if best_subdir else None)
+  checkpoint = best or tf.train.latest_checkpoint(model_dir)
+  if not checkpoint:
+    raise UsageError(f"No checkpoint in --model_dir={model_dir!r} to export. "
+                     "Train first, or point --model_dir at a directory that "
+                     "holds checkpoints.")
+  return checkpoint
+
+
+def export_model_dir(trainer, params, model_dir: str) -> Optional[str]:
+  """Exports `model_dir`'s best or latest checkpoint to `export/<step>/`.
+
+  Restores it into `trainer`'s model and global step, so the run records the
+  exported step. Prints `export @ step N | <dir>`, or that the step's export
+  exists (left as it is); returns the directory written, or None.
+  """
+  checkpoint = checkpoint_to_export(
+      model_dir, params.trainer.best_checkpoint_export_subdir)
+  restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
+  step = int(trainer.global_step.numpy())
+  export_dir = os.path.join(model_dir, SUBDIR, str(step))
+  if tf.io.gfile.exists(export_dir):
+    print(f"export @ step {step} | {export_dir} exists: not overwritten",
+          flush=True)
+    return None
+  module = ServingModule(params, trainer.model, serving_inputs(
+      trainer.model, trainer, trainer.task))
+  save(module, export_dir)
+  print(f"export @ step {step} | {export_dir} | from {checkpoint}",
+        flush=True)
+  return export_dir
