@@ -48,6 +48,11 @@ def write_text(path: str, text: str) -> None:
   file_io.atomic_write_string_to_file(path, text)
 
 
+def write_bytes(path: str, data: bytes) -> None:
+  """Writes `data` (a PNG, say) to `path` whole, as `write_text` does."""
+  file_io.atomic_write_string_to_file(path, data)
+
+
 def write_json(path: str, value: Any) -> None:
   """Writes `value` as indented JSON to `path`, whole (`write_text`)."""
   write_text(path, json.dumps(value, indent=2) + "\n")

@@ -28,6 +28,7 @@ from tfm_ext import actions
 from tfm_ext import best_checkpoint
 from tfm_ext import checkpointing
 from tfm_ext import console
+from tfm_ext import curves
 from tfm_ext import determinism
 from tfm_ext import preemption
 from tfm_ext import strategies
@@ -195,7 +196,7 @@ def _restore_on_every_worker(trainer, model_dir: str,
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
                    watcher) -> List[actions.Action]:
-  """Recovery, progress, TFM's, save-and-stop, then registered ones.
+  """Recovery, progress, results, TFM's, save-and-stop, then registered ones.
 
   The save-and-stop action comes after every action that may fail the loop
   or roll it back, so a preempted run never saves a loop that diverged.
@@ -220,13 +221,13 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
     stop = preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=trainer.global_step, summary_manager=summary_manager)
-  return (recovery + [progress] + tfm + [stop]
-          + actions.registered("train", context))
+  return (recovery + [progress] + curves.refresh_actions(context, "train")
+          + tfm + [stop] + actions.registered("train", context))
 
 
 def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
                   trains: bool) -> List[actions.Action]:
-  """TFM's, save-and-stop for a training job, then registered ones.
+  """TFM's, results, save-and-stop for a training job, then registered ones.
 
   An evaluator never writes checkpoints: only training modes save.
   """
@@ -238,4 +239,5 @@ def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=context.trainer.global_step,
         summary_manager=summary_manager)]
-  return tfm + stop + actions.registered("eval", context)
+  return (tfm + curves.refresh_actions(context, "eval") + stop
+          + actions.registered("eval", context))

@@ -6,7 +6,8 @@
                                    summaries, actions, Orbit controller
       record the start             params.yaml, training_starts/ (training)
       mode.run(controller)         tfm_ext.modes: Orbit runs it
-      record the end               training_complete.json (training)
+      record the end               training_complete.json (training),
+                                   metrics.csv and curves.png (the chief)
       -> RunSummary                status "completed", "preempted" or "failed"
 
 `run_with_recovery` rebuilds everything and resumes after transient errors.
@@ -26,6 +27,7 @@ from tfm_ext import assembly
 from tfm_ext import config_checks
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
+from tfm_ext import curves
 from tfm_ext import modes
 from tfm_ext import params_file
 from tfm_ext import preemption
@@ -172,6 +174,10 @@ def run_parts(plan: Plan, parts: assembly.Parts,
     return summarize(plan, parts, resumes, "failed", (
         f"{cause} The last checkpoint, "
         f"{tf.train.latest_checkpoint(request.model_dir)}, is intact."))
+  finally:
+    # However the mode ended, the files then hold its last step.
+    if parts.chief and (mode.trains or mode.evaluates):
+      curves.refresh(request.model_dir, request.params.trainer)
   if mode.trains:
     continuous_eval.mark_training_complete(
         parts.write_dir, parts.trainer.global_step.numpy())
