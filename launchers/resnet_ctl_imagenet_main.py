@@ -29,6 +29,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext import _startup_signals
+
+# As in launchers/train.py: a signal from here until the run starts exits
+# 42, nothing to save yet.
+_startup_signals.install()
 from absl import app
 from absl import flags
 from absl import logging

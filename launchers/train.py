@@ -20,6 +20,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 gc.disable()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext import _startup_signals
+
+# SIGTERM or SIGINT from here until the run starts: exit 42, nothing to
+# save yet (Python's default, while TensorFlow loads, is exit 143).
+_startup_signals.install()
 from absl import app
 
 import tfm_ext.launcher

@@ -4,6 +4,7 @@ In-process runs of digits_convnet (and the `digits_nan` test double, which
 the `run_in_process` fixture registers).
 """
 
+import dataclasses
 import signal
 import tempfile
 
@@ -38,7 +39,14 @@ def test_a_nonfinite_loop_fails_before_a_pending_preemption_saves_it(
                "task.nan_at_step=1,trainer.train_steps=20,"
                "trainer.steps_per_loop=10,trainer.checkpoint_interval=10")
   watcher = preemption.SignalWatcher(signals=())
-  watcher.received = signal.SIGTERM  # Came while the first loop ran.
+  train = plan.mode.run
+
+  def signal_then_train(ctx):
+    watcher.received = signal.SIGTERM  # Comes while the first loop runs.
+    return train(ctx)
+
+  plan = dataclasses.replace(
+      plan, mode=dataclasses.replace(plan.mode, run=signal_then_train))
   summary = driver.run(plan, watcher=watcher)
   # The loop's NaN fails the run; no checkpoint holds the NaN weights.
   assert summary.status == "failed", summary.message

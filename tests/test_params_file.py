@@ -65,7 +65,7 @@ def test_a_model_dir_stock_tfm_wrote_resumes_without_allow_config_change(
 def test_python_tags_other_than_tfms_tuples_are_refused(tmp_path):
   path = tmp_path / "params.yaml"
   path.write_text("task: !!python/name:os.system\n")
-  with pytest.raises(yaml.YAMLError):
+  with pytest.raises(ValueError, match="params.yaml holds more than data"):
     params_file.read(str(path))
   path.write_text("runtime:\n  crop: !!python/tuple [0.08, 1.0]\n")
   assert params_file.read(str(path))["runtime"]["crop"] == [0.08, 1.0]

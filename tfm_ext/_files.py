@@ -11,13 +11,18 @@ a copy and a delete), and a listing may lag behind a write, so:
   whole when the write is closed;
 * a log of events is a directory of records, one object each
   (`write_record`), never a file appended to. `read_records` skips, with a
-  warning, a record it cannot parse; a caller must not expect the listing
+  warning, a record it cannot parse (cut short, binary garbage, not an
+  object, a value of the wrong type); a caller must not expect the listing
   to hold what it wrote a moment ago.
+
+A whole-file record that is damaged reads as `Damaged` (`read_object`), a
+`ValueError` whose message names the file and what is wrong with it, for
+the caller to rebuild the record or refuse the run.
 """
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
@@ -67,20 +72,44 @@ def read_json(path: str) -> Any:
   return json.loads(read_text(path))
 
 
+class Damaged(ValueError):
+  """A record in model_dir that is not what tfm_ext wrote there."""
+
+
+# `{key: type}` of a record's required values; a bare sequence of keys takes
+# any type.
+Required = Union[Sequence[str], Mapping[str, Union[type, tuple]]]
+
+
+def read_object(path: str, required: Required = ()) -> Dict[str, Any]:
+  """The JSON object at `path`, holding `required`.
+
+  Raises:
+    Damaged: it is not UTF-8 JSON text, not an object, or lacks a required
+      value (a missing file raises `tf.errors.NotFoundError`).
+  """
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  value, problem = _decode(data, required)
+  if value is None:
+    raise Damaged(f"{path} is damaged: {problem}")
+  return value
+
+
 def write_record(directory: str, name: str, value: Dict[str, Any]) -> None:
   """Adds `directory/<name>.json` to a set of records; see `read_records`."""
   tf.io.gfile.makedirs(directory)
   write_json(os.path.join(directory, name + _RECORD_SUFFIX), value)
 
 
-def read_records(directory: str, required: Sequence[str],
+def read_records(directory: str, required: Required,
                  legacy_file: Optional[str] = None) -> List[Dict[str, Any]]:
   """The records in `directory` that parse and hold `required`, by name.
 
-  A record that does not (cut short, or not ours) is skipped with a
-  warning; one listed but gone by the time it is read is skipped too. The
-  lines of `legacy_file`, the append-only JSON-lines file that tfm_ext kept
-  before one object per record, come first.
+  A record that does not (cut short, binary garbage, not ours) is skipped
+  with a warning; one listed but gone by the time it is read is skipped
+  too. The lines of `legacy_file`, the append-only JSON-lines file that
+  tfm_ext kept before one object per record, come first.
   """
   records = _read_json_lines(legacy_file, required) if legacy_file else []
   if not tf.io.gfile.isdir(directory):
@@ -90,22 +119,24 @@ def read_records(directory: str, required: Sequence[str],
       continue  # A local temp file that a crash left, or a stray object.
     path = os.path.join(directory, name)
     try:
-      text = read_text(path)
+      with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
     except tf.errors.NotFoundError:
       logging.warning("Skipping record %s: listed, then gone.", path)
       continue
-    record = _parse(text, required, path)
+    record = _parse(data, required, path)
     if record is not None:
       records.append(record)
   return records
 
 
-def _read_json_lines(path: str,
-                     required: Sequence[str]) -> List[Dict[str, Any]]:
+def _read_json_lines(path: str, required: Required) -> List[Dict[str, Any]]:
   if not tf.io.gfile.exists(path):
     return []
+  with tf.io.gfile.GFile(path, "rb") as f:
+    lines = f.read().split(b"\n")
   records = []
-  for number, line in enumerate(read_text(path).splitlines(), 1):
+  for number, line in enumerate(lines, 1):
     if line.strip():
       record = _parse(line, required, f"{path}:{number}")
       if record is not None:
@@ -113,14 +144,35 @@ def _read_json_lines(path: str,
   return records
 
 
-def _parse(text: str, required: Sequence[str],
+def _parse(data: bytes, required: Required,
            where: str) -> Optional[Dict[str, Any]]:
+  record, problem = _decode(data, required)
+  if record is None:
+    logging.warning("Skipping %s: not a whole record (cut short by a "
+                    "crash?): %s; %.80r", where, problem, data)
+  return record
+
+
+def _decode(data: bytes,
+            required: Required) -> Tuple[Optional[Dict[str, Any]], str]:
+  """`data` as a JSON object holding `required`, or None and what is wrong."""
   try:
-    record = json.loads(text)
-  except ValueError:
-    record = None
-  if isinstance(record, dict) and all(key in record for key in required):
-    return record
-  logging.warning("Skipping %s: not a whole record with %s (cut short by a "
-                  "crash?): %.80r", where, ", ".join(required), text)
-  return None
+    value = json.loads(data.decode("utf-8"))
+  except UnicodeDecodeError:
+    return None, "not UTF-8 text"
+  except ValueError as e:
+    return None, f"not JSON ({e})"
+  if not isinstance(value, dict):
+    return None, f"JSON {type(value).__name__}, not an object"
+  types = (required if isinstance(required, Mapping)
+           else dict.fromkeys(required, object))
+  missing = [key for key in types if key not in value]
+  if missing:
+    return None, "no " + ", ".join(missing)
+  # JSON's true and false are not numbers.
+  wrong = [f"{key}={value[key]!r}" for key, kind in types.items()
+           if not isinstance(value[key], kind)
+           or (isinstance(value[key], bool) and kind is not object)]
+  if wrong:
+    return None, "wrong type: " + ", ".join(wrong)
+  return value, ""

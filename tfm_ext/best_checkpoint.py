@@ -15,7 +15,10 @@ manifest (written whole: `_files.write_json`), then TFM's `info.json` and the
 the directory and TFM's tooling find the best), then evicted files are
 deleted. A crash anywhere leaves the manifest naming complete checkpoints
 only; `repair` (run at construction) deletes what the manifest does not name
-and drops entries whose files are gone. Every file goes through
+and drops entries whose files are gone. A damaged manifest (not JSON, not
+ours) is rebuilt with one warning from what TFM's `info.json` and the state
+file record: the best checkpoint is kept, the others, whose values only the
+manifest held, are removed. Every file goes through
 `tf.io.gfile`, so `model_dir` may be a bucket.
 """
 
@@ -89,6 +92,7 @@ class TopKCheckpointExporter:
     self._comp = metric_comp
     self._k = k
     tf.io.gfile.makedirs(export_dir)
+    self._damage: Optional[_files.Damaged] = None
     self._entries: List[Dict[str, Any]] = self._load()
     self.repair()
 
@@ -146,27 +150,39 @@ class TopKCheckpointExporter:
 
     Drops entries whose checkpoint files are missing, deletes checkpoint
     files and temp files the manifest does not name, and rewrites the
-    manifest, `info.json` and the state file from what remains.
+    manifest, `info.json` and the state file from what remains. Says what
+    it removed, and why, in one warning.
     """
     complete = [e for e in self._entries
                 if tf.io.gfile.exists(os.path.join(self._dir, e["path"])
                                       + ".index")]
     named = {e["path"] for e in complete}
-    for name in tf.io.gfile.listdir(self._dir):
+    removed = []
+    for name in sorted(tf.io.gfile.listdir(self._dir)):
       name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
       stem = name.split(".")[0]
       orphan = stem.startswith(PREFIX) and stem not in named
       # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
       if orphan or ".tmp" in name or "_temp" in name:
-        logging.warning("Removing %s: not in the best-checkpoint manifest "
-                        "(left by an interrupted export).", name)
+        removed.append(name)
         target = os.path.join(self._dir, name)
         if tf.io.gfile.isdir(target):
           tf.io.gfile.rmtree(target)
         else:
           tf.io.gfile.remove(target)
-    if complete or self._entries:
+    if self._damage:
+      kept = (f"keeps {complete[0]['path']}, the best that {INFO} records"
+              if complete else "keeps no checkpoint")
+      logging.warning(
+          "%s. Rebuilt from %s and the state file: it %s%s.", self._damage,
+          INFO, kept, f"; removed {', '.join(removed)}, whose values only "
+          "the manifest held" if removed else "")
+    elif removed:
+      logging.warning("Removed %s: not in the best-checkpoint manifest (left "
+                      "by an interrupted export).", ", ".join(removed))
+    if complete or self._entries or self._damage:
       self._commit(complete)
+    self._damage = None
 
   def _commit(self, entries: List[Dict[str, Any]]) -> None:
     _files.write_json(os.path.join(self._dir, MANIFEST), {
@@ -191,7 +207,16 @@ class TopKCheckpointExporter:
     path = os.path.join(self._dir, MANIFEST)
     if not tf.io.gfile.exists(path):
       return self._adopt_tfm_export()
-    manifest = _files.read_json(path)
+    try:
+      manifest = _files.read_object(path, {"checkpoints": list})
+      for entry in manifest["checkpoints"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and _is_step(entry.get("global_step"))):
+          raise _files.Damaged(f"{path} is damaged: an entry without a path "
+                               f"and a global_step: {entry!r:.80}")
+    except _files.Damaged as e:
+      self._damage = e  # `repair` says what it kept.
+      return self._adopt_tfm_export()
     if (manifest.get("metric"), manifest.get("comp")) != (self._metric_name,
                                                           self._comp):
       logging.warning("The best-checkpoint manifest ranks by %s/%s, this run "
@@ -199,20 +224,30 @@ class TopKCheckpointExporter:
                       manifest.get("metric"), manifest.get("comp"),
                       self._metric_name, self._comp)
     entries = []
-    for entry in manifest.get("checkpoints", []):
+    for entry in manifest["checkpoints"]:
       value = self._value(entry.get("metrics", {}))
       if value is not None and math.isfinite(value):
         entries.append({**entry, "value": value})
     return self._sorted(entries)[:self._k] if entries else []
 
   def _adopt_tfm_export(self) -> List[Dict[str, Any]]:
-    """Takes over a directory that TFM's own exporter wrote (no manifest)."""
+    """Takes over a directory that TFM's own exporter wrote (no manifest).
+
+    Also rebuilds from what is left when the manifest is damaged: the
+    checkpoint state file names the best checkpoint, and TFM's `info.json`
+    holds its metrics.
+    """
     latest = tf.train.latest_checkpoint(self._dir)
     info = os.path.join(self._dir, INFO)
     if not (latest and tf.io.gfile.exists(info)):
       return []
-    metrics = _files.read_json(info)
-    step = int(metrics.pop("best_ckpt_global_step", 0))
+    try:
+      metrics = _files.read_object(info,
+                                   {"best_ckpt_global_step": (int, float)})
+    except _files.Damaged as e:
+      logging.warning("%s: no best checkpoint to adopt from it.", e)
+      return []
+    step = int(metrics.pop("best_ckpt_global_step"))
     value = self._value(metrics)
     if value is None or not math.isfinite(value):
       return []
@@ -237,6 +272,10 @@ class TopKCheckpointExporter:
     # Best first; among equal values the older (lower step) first, so a tie
     # never displaces a kept checkpoint.
     return sorted(entries, key=lambda e: (sign * e["value"], e["global_step"]))
+
+
+def _is_step(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _leaf_names(logs: Mapping[str, Any], prefix: str = ""):

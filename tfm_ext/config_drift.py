@@ -67,11 +67,12 @@ def check(params, model_dir: str, allow_change: bool) -> None:
   # A params.yaml stock TFM wrote lacks our fields: they are their defaults.
   try:
     old = params_file.read(saved, defaults=params_file.added_defaults())
-  except (yaml.YAMLError, ValueError, UnicodeDecodeError) as e:
+  except ValueError as e:  # _files.Damaged, naming the file.
     raise UsageError(
-        f"{saved} is damaged ({e}), so resuming --model_dir={model_dir!r} "
-        "cannot be checked against its config. Restore the file, or remove "
-        "it to resume with this config.") from e
+        f"{e}, so resuming --model_dir={model_dir!r} cannot be checked "
+        f"against the config of its checkpoints. Restore the file, or remove "
+        f"{params_file.PARAMS} and {params_file.ADDED} to resume with this "
+        "config.") from e
   # Round-trip through YAML, so both sides have one type.
   new = yaml.load(params_file.dump(params.as_dict()), Loader=params_file.Loader)
   lines = diff(old, new)

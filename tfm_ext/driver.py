@@ -146,6 +146,8 @@ def run_parts(plan: Plan, parts: assembly.Parts,
               watcher: preemption.SignalWatcher) -> RunSummary:
   """Runs the mode of `plan` on assembled `parts`; see `run`."""
   request, mode = plan.request, plan.mode
+  if watcher.received is not None:  # While the parts were built.
+    raise preemption.StartUpInterrupted(watcher.signal_name)
   resumes = 0
   if mode.trains and parts.chief:
     # Only training writes params.yaml: an evaluator beside the trainer on
@@ -164,7 +166,7 @@ def run_parts(plan: Plan, parts: assembly.Parts,
     if watcher.received is not None and not mode.trains:
       # An evaluator has no checkpoint to save: it just stops early.
       raise preemption.Preempted(int(parts.trainer.global_step.numpy()),
-                                 watcher.signal_name)
+                                 watcher.signal_name, saved=False)
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e))
   except (tf.errors.DataLossError, RunFailed) as e:

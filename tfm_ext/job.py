@@ -1,7 +1,8 @@
 """Runs a checked request as a job: log file, signals, recovery, exit codes.
 
 Shared by every launcher: `run` returns the summary of a completed run, or
-exits the process: 42 preempted (checkpoint saved), 3 failed on its data
+exits the process: 42 preempted (checkpoint saved, or nothing to save yet:
+a signal before the first step, or to an evaluator), 3 failed on its data
 (the last checkpoint intact), 2 bad input found only once running. Each
 writes the run summary (`run_summary.json`, or `eval_summary.json` for a
 mode that does not train) and the operative gin config first, when the run
@@ -39,6 +40,8 @@ def run(plan: driver.Plan,
         summary = driver.run_with_recovery(plan, recovery, watcher)
       except UsageError as e:  # Found only once running (continuous_eval).
         exit_with(e, UsageError.EXIT_CODE)
+      except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
+        exit_with(e, preemption.EXIT_CODE, "preempted")
       finish(request, summary)
     if summary.status == "preempted":
       exit_with(summary.message, preemption.EXIT_CODE, "preempted")

@@ -11,8 +11,10 @@ Exit codes: 0 done; 2 bad input (unknown names, malformed YAML, unknown
 override keys, bad gin, unsplittable batches, empty input patterns, `eval`
 without a checkpoint), printed as one paragraph before `model_dir` is
 touched; 3 the run failed on its data (corrupt records, a NaN loss), the last
-checkpoint intact; 42 preempted (SIGTERM or SIGINT): a checkpoint was saved
-at the current step, relaunch the same command to resume.
+checkpoint intact; 42 preempted (SIGTERM or SIGINT, at any moment): a
+checkpoint was saved at the current step, or there was nothing to save yet
+(start-up, an evaluator), as the one `preempted:` line says; relaunch the
+same command to resume.
 """
 
 import os
@@ -24,6 +26,7 @@ from absl import logging
 from official.common import flags as tfm_flags
 from official.core import task_factory
 
+from tfm_ext import _startup_signals
 from tfm_ext import driver
 from tfm_ext import job
 from tfm_ext import models
@@ -90,6 +93,9 @@ def registered() -> str:
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
+  # A fork's script exits 42 on a signal from here on; ours from its first
+  # line (tfm_ext/_startup_signals.py).
+  _startup_signals.install()
   if FLAGS.list:
     print(registered(), end="")
     return

@@ -16,16 +16,16 @@ Every mistake a user can fix raises `UsageError` naming the culprit.
 import dataclasses
 import os
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gin
 import tensorflow as tf
-import yaml
 
 from official.core import config_definitions
 from official.core import exp_factory
 from official.core import train_utils
 from official.modeling import hyperparams
+from official.modeling.hyperparams import params_dict
 
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
@@ -104,22 +104,27 @@ def build(sources: ConfigSources,
              f"{sources.experiment})")
     try:
       saved = params_file.read(follow)
-    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as e:
-      raise UsageError(f"{where} is damaged: {e}") from e
+    except ValueError as e:  # _files.Damaged, naming the file.
+      raise UsageError(f"{e}: an evaluator cannot follow the trainer's "
+                       f"config (for --experiment={sources.experiment}). "
+                       "Restore the file, or evaluate in another "
+                       "--model_dir.") from e
     params = _override(params, saved, where)
     trained = params.as_dict()
 
   for path in sources.config_files:
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
       raise UsageError(f"--config_file {path!r} does not exist.")
-    params = _override(params, path, f"--config_file {path!r}")
+    where = f"--config_file {path!r}"
+    params = _override(params, _read_yaml_file(path, where), where)
   parser = train_utils.ExperimentParser(train_utils.ParseConfigOptions(
       experiment=sources.experiment, config_file=[], tpu=sources.tpu,
       tf_data_service=sources.tf_data_service))
   params = parser.parse_runtime(params)
   params = parser.parse_data_service(params)
   if sources.params_override:
-    params = _override(params, sources.params_override, "--params_override")
+    params = _override(params, _parse_override(sources.params_override),
+                       "--params_override")
 
   # One spelling from here on: TFM lowercases the name, and YAML reads a
   # bare `off` as false (TFM would stop there with a hint).
@@ -228,19 +233,51 @@ def _add_missing_fields(params) -> None:
       params.override({section: missing}, is_strict=False)
 
 
-def _override(params, source: str, where: str):
-  """Applies a YAML file or string strictly, translating errors for users."""
+def _read_yaml_file(path: str, where: str) -> Dict[str, Any]:
+  """The YAML mapping in the file `path`, read as data (`params_file`)."""
   try:
-    return hyperparams.override_params_dict(params, source, is_strict=True)
-  except yaml.YAMLError as e:
-    raise UsageError(f"{where} is not valid YAML: {e}") from e
+    return params_file.read_mapping(path)
+  except params_file.NotConfig as e:
+    raise UsageError(f"{where} {e}.") from e
+
+
+def _parse_override(text: str) -> Dict[str, Any]:
+  """What `--params_override` holds, as TFM reads it, but as data.
+
+  TFM's `override_params_dict` takes `a.b=1,c=2`, a YAML (or JSON) mapping,
+  or else the name of a YAML file, and loads YAML with a loader that builds
+  Python objects (`!!python/name:...`); here `params_file.Loader` reads it.
+  """
+  where = "--params_override"
+  try:
+    text = params_dict.nested_csv_str_to_json_str(text)
+  except ValueError:
+    pass  # Not `key=value` pairs.
+  try:
+    tree = params_file.load(text)
+  except params_file.NotConfig as e:
+    raise UsageError(f"{where} {e}.") from e
+  if isinstance(tree, dict):
+    return tree
+  if not tf.io.gfile.exists(text):
+    raise UsageError(f"{where} is neither `key=value,...`, a YAML mapping "
+                     f"nor a file: {text!r:.200}")
+  return _read_yaml_file(text, f"{where} file {text!r}")
+
+
+def _override(params, tree: Dict[str, Any], where: str):
+  """Applies `tree` strictly, translating errors for users."""
+  try:
+    return hyperparams.override_params_dict(params, tree, is_strict=True)
   except KeyError as e:
     raise UsageError(
         f"{where} sets a key that the experiment config does not have: "
-        f"{e.args[0] if e.args else e}") from e
+        f"{_short(e.args[0] if e.args else e)}") from e
   except (ValueError, TypeError, AttributeError) as e:
-    raise UsageError(f"{where} could not be applied: {e}") from e
-  except tf.errors.OpError as e:
-    # Not `key=value` pairs, so TFM took it for a file name.
-    raise UsageError(f"{where} is neither `key=value,...`, YAML nor a file: "
-                     f"{e.message.splitlines()[0]}") from e
+    raise UsageError(f"{where} could not be applied: {_short(e)}") from e
+
+
+def _short(error: object, limit: int = 1000) -> str:
+  """`error` as text, cut at `limit` characters: it may quote a large value."""
+  text = str(error)
+  return text if len(text) <= limit else text[:limit] + "... (cut)"

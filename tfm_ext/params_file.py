@@ -14,12 +14,17 @@ A training run writes its operative config as two files in `model_dir`:
 file: its added fields read as their defaults, so we resume its `model_dir`
 as we would our own. One that an earlier tfm_ext wrote with the added
 fields inline reads as it is. Both files are written whole through
-`tf.io.gfile` (`_files.write_text`), and read as data (YAML's safe loader).
+`tf.io.gfile` (`_files.write_text`), and read as data: `Loader`, YAML's
+safe loader, which also reads the user's `--config_file` and
+`--params_override` (`tfm_ext.params`). A file that is not such data
+(binary, empty, a Python tag, an alias bomb) reads as `_files.Damaged`,
+naming it.
 """
 
 import dataclasses
 import os
-from typing import Any, Dict, Optional
+import re
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 import yaml
@@ -47,25 +52,144 @@ def added_defaults() -> Dict[str, Dict[str, Any]]:
   return {"trainer": trainers.added_fields(), "runtime": RUNTIME_FIELDS}
 
 
+class NotConfig(ValueError):
+  """YAML text that is not a mapping of config fields.
+
+  The message is a predicate ("is empty", "is not valid YAML: ..."), to
+  follow the name of the file or flag it came from.
+  """
+
+
+class Loader(yaml.SafeLoader):
+  """YAML's safe loader, plus what TFM's loader reads, minus alias bombs.
+
+  It constructs no Python object: TFM dumps tuple fields (`crop_area_range`)
+  with `!!python/tuple`, which is read as a list, as `dump` writes tuples
+  (TFM's configs take either); any other Python tag is refused. As in TFM,
+  `1e-3` is a float. A document whose aliases (`*name`) would repeat more
+  than `MAX_REPEATED_NODES` nodes, or that nests deeper than `MAX_DEPTH`,
+  is refused before it is built.
+  """
+
+  MAX_REPEATED_NODES = 100_000
+  # PyYAML composes nested nodes recursively (a config nests a few levels).
+  MAX_DEPTH = 100
+
+  def compose_node(self, parent, index):
+    self._depth = getattr(self, "_depth", 0) + 1
+    try:
+      if self._depth > self.MAX_DEPTH:
+        raise NotConfig(f"nests more than {self.MAX_DEPTH} levels deep")
+      return super().compose_node(parent, index)
+    finally:
+      self._depth -= 1
+
+  def construct_document(self, node):
+    _check_aliases(node, self.MAX_REPEATED_NODES)
+    return super().construct_document(node)
+
+
 class _Dumper(yaml.SafeDumper):
   """Safe YAML with tuples as lists, as TFM's configs hold both."""
 
 
 _Dumper.add_representer(tuple, _Dumper.represent_list)
-
-
-class Loader(yaml.SafeLoader):
-  """YAML's safe loader, plus the `!!python/tuple` that TFM writes.
-
-  TFM dumps tuple fields (`crop_area_range`) with that tag, which the safe
-  loader refuses; it is read as a list, as `dump` writes tuples (TFM's
-  configs take either). Any other Python tag is refused.
-  """
-
-
 Loader.add_constructor(
     "tag:yaml.org,2002:python/tuple",
     lambda loader, node: loader.construct_sequence(node))
+# TFM's loader (`params_dict._LOADER`) reads a float written without a
+# point, `1e-3`, which YAML 1.1 reads as a string; the dumper quotes such
+# strings so that they read back as strings.
+for _resolving in (Loader, _Dumper):
+  _resolving.add_implicit_resolver(
+      "tag:yaml.org,2002:float",
+      re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def load(text: str) -> Any:
+  """`text` as YAML data (`Loader`); raises `NotConfig` if it is not."""
+  try:
+    return yaml.load(text, Loader=Loader)
+  except yaml.constructor.ConstructorError as e:
+    raise NotConfig("holds more than data, which is not read: "
+                    f"{_problem(e)}") from e
+  except yaml.YAMLError as e:
+    raise NotConfig(f"is not valid YAML: {_problem(e)}") from e
+
+
+def load_mapping(text: str) -> Dict[str, Any]:
+  """`text` as a YAML mapping of config fields; raises `NotConfig`."""
+  tree = load(text)
+  if tree is None:
+    raise NotConfig("is empty")
+  if not isinstance(tree, dict):
+    raise NotConfig(f"holds a {type(tree).__name__}, not a mapping of config "
+                    "fields")
+  return tree
+
+
+def read_mapping(path: str) -> Dict[str, Any]:
+  """The YAML mapping of config fields in the file `path`; see `load`.
+
+  Raises:
+    NotConfig: the file is not UTF-8 text, or not such a mapping.
+    tf.errors.NotFoundError: there is no such file.
+  """
+  try:
+    text = _files.read_text(path)
+  except UnicodeDecodeError as e:
+    raise NotConfig(f"is not UTF-8 text ({e.reason} at byte {e.start})") from e
+  return load_mapping(text)
+
+
+def _problem(error: yaml.YAMLError) -> str:
+  """A YAML error on one line: what is wrong, and where."""
+  mark = getattr(error, "problem_mark", None)
+  problem = getattr(error, "problem", None) or str(error)
+  if mark is None:
+    return problem
+  return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+
+
+def _check_aliases(root: yaml.Node, limit: int) -> None:
+  """Refuses a document that aliases make `limit` nodes bigger, or cyclic.
+
+  PyYAML builds an alias as a reference to one object, so a small document
+  can stand for an exponentially large tree, which a config's `as_dict` or
+  an error message would spell out (a "billion laughs"). Each node is
+  counted once, without recursion.
+  """
+  sizes = {}
+  path = set()  # The nodes being counted: a child among them is a cycle.
+  stack = [(root, False)]
+  while stack:
+    node, children_counted = stack.pop()
+    key = id(node)
+    children = _children(node)
+    if children_counted:
+      path.discard(key)
+      sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+      continue
+    if key in sizes:
+      continue
+    if key in path:
+      raise NotConfig("has an alias (*name) inside its own anchor (&name)")
+    path.add(key)
+    stack.append((node, True))
+    stack.extend((child, False) for child in children)
+  written, expanded = len(sizes), sizes[id(root)]
+  if expanded - written > limit:
+    raise NotConfig(
+        f"repeats more than {limit} YAML nodes through its aliases (*name): "
+        f"{written} written stand for {expanded}")
+
+
+def _children(node: yaml.Node) -> List[yaml.Node]:
+  if isinstance(node, yaml.SequenceNode):
+    return node.value
+  if isinstance(node, yaml.MappingNode):
+    return [child for pair in node.value for child in pair]
+  return []
 
 
 def added_fields(params: config_definitions.ExperimentConfig
@@ -104,8 +228,9 @@ def read(path: str, defaults: Optional[Dict[str, Dict[str, Any]]] = None
       has (a `params.yaml` stock TFM wrote).
 
   Raises:
-    yaml.YAMLError: a file is not YAML, or holds more than data.
-    ValueError: a file holds YAML that is not a mapping.
+    _files.Damaged: a file is not a YAML mapping of config fields (see
+      `load`), or its `trainer` or `runtime` is not a mapping; the message
+      names the file.
   """
   tree = _load(path)
   added = os.path.join(os.path.dirname(path), ADDED)
@@ -125,8 +250,12 @@ def dump(tree: Dict[str, Any]) -> str:
 
 
 def _load(path: str) -> Dict[str, Any]:
-  tree = yaml.load(_files.read_text(path), Loader=Loader) or {}
-  if not isinstance(tree, dict):
-    raise ValueError(f"{path} holds {type(tree).__name__}, not a mapping of "
-                     "config fields")
+  try:
+    tree = read_mapping(path)
+  except NotConfig as e:
+    raise _files.Damaged(f"{path} {e}") from e
+  for section in SECTIONS:
+    if not isinstance(tree.get(section, {}), dict):
+      raise _files.Damaged(f"{path} is damaged: its {section} is a "
+                           f"{type(tree[section]).__name__}, not a mapping")
   return tree

@@ -7,6 +7,12 @@ launcher turns into exit code 42 (`EXIT_CODE`, the restart code TensorFlow's
 `PreemptionCheckpointHandler` uses). A supervisor that restarts on 42 then
 resumes from that checkpoint.
 
+A signal before the run's first step exits 42 too, saying there is nothing
+to save yet: until `SignalWatcher` takes over, `tfm_ext._startup_signals`
+ends the process at once; while the parts are built, the watcher records it
+and the driver raises `StartUpInterrupted` before anything is written. An
+evaluator stops between evaluations and says it saved nothing.
+
 `SaveAndStopIfPreempted` serves single-worker jobs. Multi-worker jobs use
 `CoordinatedSaveAndStop`, TensorFlow's `PreemptionCheckpointHandler`: a
 SIGTERM on any worker makes every worker save at the same step, then stop.
@@ -22,17 +28,37 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
-EXIT_CODE = 42
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+from tfm_ext import _startup_signals
+
+EXIT_CODE = _startup_signals.EXIT_CODE
+SIGNALS = _startup_signals.SIGNALS
 
 
 class Preempted(Exception):
-  """Raised after the preemption checkpoint is saved."""
+  """Raised after the preemption checkpoint is saved, or by an evaluator.
 
-  def __init__(self, step: int, signal_name: str):
-    super().__init__(f"{signal_name} received: saved a checkpoint at step "
-                     f"{step}; exit {EXIT_CODE} to be restarted.")
+  An evaluator (`saved=False`) has no checkpoint to save: it stops between
+  evaluations.
+  """
+
+  def __init__(self, step: int, signal_name: str, saved: bool = True):
+    done = (f"saved a checkpoint at step {step}" if saved else
+            f"stopped evaluating at step {step}; nothing to save")
+    super().__init__(f"{signal_name} received: {done}; exit {EXIT_CODE} to "
+                     "be restarted.")
     self.step = step
+
+
+class StartUpInterrupted(Exception):
+  """A signal came before the run's first step: nothing to save yet.
+
+  Raised once the parts are built, before anything is written to
+  `model_dir`; the launcher exits with `EXIT_CODE` without writing a run
+  summary. (Before the parts, `tfm_ext._startup_signals` ends the process.)
+  """
+
+  def __init__(self, signal_name: str):
+    super().__init__(_startup_signals.message(signal_name))
 
 
 class SignalWatcher:

@@ -20,7 +20,7 @@ EVAL_FILENAME = "eval_summary.json"
 # still read.
 STARTS = "training_starts"
 LEGACY_STARTS = "training_starts.jsonl"
-_START_KEYS = ("restored_step", "time")
+_START_KEYS = {"restored_step": int, "time": (int, float)}
 
 
 def summary_filename(trains: bool) -> str:
@@ -97,8 +97,8 @@ def record_training_start(model_dir: str, restored_step: int) -> int:
 def training_starts(model_dir: str) -> List[Dict[str, float]]:
   """Every training start recorded in `model_dir`, oldest first.
 
-  A record that is not whole (cut short by a kill) is skipped with a
-  warning.
+  A record that is not whole (cut short by a kill, or damaged) is skipped
+  with a warning: the count of resumes may then miss that start.
   """
   starts = _files.read_records(
       os.path.join(model_dir, STARTS), _START_KEYS,
