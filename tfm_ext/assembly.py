@@ -5,8 +5,8 @@
 
 Each part is built from the ones before it, so nothing is bound late: the
 actions get the checkpoint manager itself, and the controller gets them all.
-`assemble` writes nothing into `model_dir`; `tfm_ext.driver.run` does, once
-the parts exist.
+`assemble` writes nothing into `model_dir` but the trainer lease
+(`tfm_ext.lease`); `tfm_ext.driver.run` does, once the parts exist.
 """
 
 import dataclasses
@@ -30,6 +30,7 @@ from tfm_ext import checkpointing
 from tfm_ext import console
 from tfm_ext import curves
 from tfm_ext import determinism
+from tfm_ext import lease
 from tfm_ext import preemption
 from tfm_ext import strategies
 from tfm_ext import summaries
@@ -50,6 +51,8 @@ class Parts:
   deterministic: bool
   # The global step once the controller restored (0 for a fresh run).
   restored_step: int
+  # Held by a training run's chief; `driver.run_parts` releases it.
+  trainer_lease: Optional[lease.Lease] = None
 
 
 class FirstStepThenEvery:
@@ -96,7 +99,26 @@ class Supplied:
 
 def assemble(plan, watcher: preemption.SignalWatcher,
              supplied: Supplied = Supplied()) -> Parts:
-  """Builds the parts of `plan` (a `tfm_ext.driver.Plan`) not `supplied`."""
+  """Builds the parts of `plan` (a `tfm_ext.driver.Plan`) not `supplied`.
+
+  A training run's chief first takes the trainer lease of `model_dir`
+  (`tfm_ext.lease`; `UsageError` while another trainer holds it): building
+  the parts already repairs the best-checkpoint directory. A build that
+  raises releases it; `tfm_ext.driver.run_parts` releases it after the run.
+  """
+  held = (lease.acquire(plan.request.model_dir)
+          if plan.mode.trains and plan.strategy.extended.should_checkpoint
+          else None)
+  try:
+    return _build(plan, watcher, supplied, held)
+  except BaseException:
+    if held:
+      held.release()
+    raise
+
+
+def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
+           held: Optional[lease.Lease]) -> Parts:
   request, mode, strategy = plan.request, plan.mode, plan.strategy
   params, model_dir = request.params, request.model_dir
   deterministic = determinism.apply(params.runtime)
@@ -151,6 +173,9 @@ def assemble(plan, watcher: preemption.SignalWatcher,
   eval_actions = [eval_progress] + _eval_actions(
       context, eval_summaries, watcher,
       trains=mode.trains) + list(supplied.eval_actions)
+  if held:  # A run that lost the lease stops before it writes more.
+    train_actions, eval_actions = ([held.check] + train_actions,
+                                   [held.check] + eval_actions)
 
   console.quiet_orbit_controller()
   # Restores the latest checkpoint, if any.
@@ -174,7 +199,8 @@ def assemble(plan, watcher: preemption.SignalWatcher,
   return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
                controller=controller, progress=progress,
                eval_progress=eval_progress, write_dir=write_dir, chief=chief,
-               deterministic=deterministic, restored_step=restored_step)
+               deterministic=deterministic, restored_step=restored_step,
+               trainer_lease=held)
 
 
 def _restore_on_every_worker(trainer, model_dir: str,

@@ -2,13 +2,15 @@
 
     prepare(request) -> Plan       resolve and check; writes nothing
     run(plan):
-      parts = assemble(plan)       task, trainer, checkpoint manager,
-                                   summaries, actions, Orbit controller
+      parts = assemble(plan)       the trainer lease (tfm_ext.lease), task,
+                                   trainer, checkpoint manager, summaries,
+                                   actions, Orbit controller
       record the start             params.yaml, training_starts/ (training)
       mode.run(controller)         tfm_ext.modes: Orbit runs it
       record the end               training_complete.json (training),
                                    metrics.csv and curves.png (the chief)
       -> RunSummary                status "completed", "preempted" or "failed"
+      release the lease            however the run ended
 
 `run_with_recovery` rebuilds everything and resumes after transient errors.
 """
@@ -144,7 +146,19 @@ def run(plan: Plan,
 
 def run_parts(plan: Plan, parts: assembly.Parts,
               watcher: preemption.SignalWatcher) -> RunSummary:
-  """Runs the mode of `plan` on assembled `parts`; see `run`."""
+  """Runs the mode of `plan` on assembled `parts`; see `run`.
+
+  However the run ends, it releases the trainer lease `assemble` took.
+  """
+  try:
+    return _run_mode(plan, parts, watcher)
+  finally:
+    if parts.trainer_lease:
+      parts.trainer_lease.release()
+
+
+def _run_mode(plan: Plan, parts: assembly.Parts,
+              watcher: preemption.SignalWatcher) -> RunSummary:
   request, mode = plan.request, plan.mode
   if watcher.received is not None:  # While the parts were built.
     raise preemption.StartUpInterrupted(watcher.signal_name)

@@ -1,0 +1,328 @@
+"""One trainer per model_dir: the trainer lease, on a local dir and `ram://`.
+
+The unit tests pass time in (a fake clock that `sleep` advances) and say
+which pids run; the others run the driver in-process on `ram://`, and real
+launchers side by side.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from tfm_ext import _files
+from tfm_ext import lease
+from tfm_ext.errors import UsageError
+
+T0 = 1_764_560_000.0  # 2025-12-01 03:33:20 UTC
+
+
+class FakeTime:
+  """A clock that only `sleep` moves."""
+
+  def __init__(self, now: float = T0):
+    self.now = now
+    self.slept = 0.0
+
+  def clock(self) -> float:
+    return self.now
+
+  def sleep(self, seconds: float) -> None:
+    self.now += seconds
+    self.slept += seconds
+
+
+@pytest.fixture(params=["local", "ram"])
+def model_dir(request, tmp_path):
+  if request.param == "local":
+    return str(tmp_path / "m")
+  return f"ram://lease_{uuid.uuid4().hex}/m"
+
+
+def _lease(model_dir, fake, *, host="vm-1", pid=100, alive=(), **kwargs):
+  """A lease of trainer `pid` on `host`, where the pids `alive` run."""
+  return lease.Lease(model_dir, clock=fake.clock, sleep=fake.sleep,
+                     is_alive=lambda p: p in alive, host=host, pid=pid,
+                     space="boot-1/pid:[1]", beat_in_background=False,
+                     **kwargs)
+
+
+def _holder(model_dir):
+  return _files.read_json(os.path.join(model_dir, lease.FILENAME))
+
+
+def test_acquire_writes_the_lease_and_release_deletes_it(model_dir):
+  fake = FakeTime()
+  held = _lease(model_dir, fake).acquire()
+  record = _holder(model_dir)
+  assert (record["host"], record["pid"], record["started"]) == (
+      "vm-1", 100, T0)
+  assert fake.slept == lease.SETTLE_SECONDS  # Then read back: still ours.
+  fake.sleep(10)
+  held.beat()
+  assert _holder(model_dir)["heartbeat"] == T0 + 10.5
+  held.check()  # Not lost: no error.
+  held.release()
+  assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
+
+
+@pytest.mark.parametrize("host", ["vm-1", "vm-2"])
+def test_second_trainer_is_refused_naming_the_first(model_dir, host):
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()
+  fake.sleep(19.5)  # A heartbeat 20s old: within three beats.
+  second = _lease(model_dir, fake, host=host, pid=200, alive={100})
+  with pytest.raises(UsageError) as error:
+    second.acquire()
+  message = str(error.value)
+  assert (f"{model_dir} is in use by another trainer (host vm-1, pid 100, "
+          "started 2025-12-01 03:33:20 UTC, last heartbeat 20s ago)"
+          in message), message
+  assert f"delete {model_dir}/{lease.FILENAME}" in message
+  assert _holder(model_dir)["pid"] == 100  # Untouched.
+
+
+def test_lease_of_a_dead_process_on_this_machine_is_taken_at_once(model_dir):
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()  # Then SIGKILLed.
+  fake.sleep(1)
+  relaunch = _lease(model_dir, fake, pid=200, alive=())
+  relaunch.acquire()
+  assert _holder(model_dir)["pid"] == 200
+  assert fake.slept == 1 + 2 * lease.SETTLE_SECONDS  # No waiting.
+
+
+def test_same_pid_elsewhere_is_not_this_machine(model_dir):
+  """A host name shared by containers is not enough: the pid space differs."""
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()
+  other_container = lease.Lease(
+      model_dir, clock=fake.clock, sleep=fake.sleep, is_alive=lambda p: False,
+      host="vm-1", pid=200, space="boot-1/pid:[2]", beat_in_background=False)
+  with pytest.raises(UsageError, match="pid 100"):
+    other_container.acquire()
+
+
+def test_stale_lease_is_taken_over_without_waiting(model_dir):
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()
+  fake.sleep(lease.STALE_SECONDS + 1)
+  _lease(model_dir, fake, host="vm-2", pid=200).acquire()
+  assert _holder(model_dir)["host"] == "vm-2"
+  assert fake.slept == lease.STALE_SECONDS + 1 + 2 * lease.SETTLE_SECONDS
+
+
+def test_missed_beats_elsewhere_wait_until_stale_then_take_over(model_dir):
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()  # Its host then lost.
+  fake.sleep(35)  # Three beats missed, not yet stale.
+  _lease(model_dir, fake, host="vm-2", pid=200).acquire()
+  assert _holder(model_dir)["host"] == "vm-2"
+  # Watched a beat at a time until the heartbeat was over 60s old.
+  assert fake.now - T0 == pytest.approx(35.5 + 30 + lease.SETTLE_SECONDS)
+
+
+def test_missed_beats_then_a_beat_refuses(model_dir):
+  fake = FakeTime()
+  first = _lease(model_dir, fake, pid=100).acquire()
+  fake.sleep(35)  # Suspended a while; it beats during the watch.
+
+  def sleep_while_first_beats(seconds):
+    fake.sleep(seconds)
+    first.beat()
+
+  second = lease.Lease(model_dir, clock=fake.clock,
+                       sleep=sleep_while_first_beats, is_alive=lambda p: True,
+                       host="vm-2", pid=200, beat_in_background=False)
+  with pytest.raises(UsageError, match="host vm-1, pid 100, .* last "
+                     "heartbeat 0s ago"):
+    second.acquire()
+
+
+def test_two_starters_at_once_one_wins_the_other_is_refused(model_dir):
+  fake = FakeTime()
+  # Both look at model_dir before either writes (a starter reads the clock
+  # first between its look and its write), and both write before either
+  # reads back.
+  looked, wrote = threading.Barrier(2), threading.Barrier(2)
+  first_call = threading.local()
+
+  def clock():
+    if not getattr(first_call, "done", False):
+      first_call.done = True
+      looked.wait(timeout=10)
+    return fake.now
+
+  outcomes = {}
+
+  def start(pid):
+    held = lease.Lease(model_dir, clock=clock,
+                       sleep=lambda seconds: wrote.wait(timeout=10),
+                       is_alive=lambda p: True, host="vm-1", pid=pid,
+                       beat_in_background=False)
+    try:
+      held.acquire()
+      outcomes[pid] = "won"
+    except UsageError as e:
+      outcomes[pid] = str(e)
+
+  threads = [threading.Thread(target=start, args=(pid,)) for pid in (1, 2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=30)
+  winner = _holder(model_dir)["pid"]
+  loser = 3 - winner
+  assert outcomes[winner] == "won", outcomes
+  assert f"pid {winner}," in outcomes[loser], outcomes
+
+
+def test_holder_whose_lease_was_taken_over_stops_and_keeps_the_new_one(
+    model_dir):
+  fake = FakeTime()
+  first = _lease(model_dir, fake, pid=100).acquire()
+  fake.sleep(lease.STALE_SECONDS + 1)  # Suspended past the stale time.
+  _lease(model_dir, fake, host="vm-2", pid=200).acquire()
+  first.beat()  # Resumed: its heartbeat finds the other trainer's lease.
+  with pytest.raises(UsageError, match="Another trainer took over .* host "
+                     "vm-2, pid 200.* stops without saving"):
+    first.check({"training_loss": 1.0})
+  first.release()
+  assert _holder(model_dir)["pid"] == 200  # Never its to delete.
+
+
+def test_a_file_that_is_not_a_lease_is_taken_over(model_dir):
+  tf.io.gfile.makedirs(model_dir)
+  _files.write_text(os.path.join(model_dir, lease.FILENAME), '{"pid": ')
+  _lease(model_dir, FakeTime()).acquire()
+  assert _holder(model_dir)["pid"] == 100
+
+
+def test_heartbeat_thread_beats_and_stops_before_the_lease_is_deleted(
+    model_dir):
+  held = lease.Lease(model_dir, heartbeat_seconds=0.05, settle_seconds=0)
+  held.acquire()
+  started = _holder(model_dir)["heartbeat"]
+  deadline = time.monotonic() + 10
+  while _holder(model_dir)["heartbeat"] == started:
+    assert time.monotonic() < deadline
+    time.sleep(0.02)
+  held.release()
+  time.sleep(0.2)  # A thread left running would write it again.
+  assert not tf.io.gfile.exists(held.path)
+
+
+def test_pid_alive_sees_running_reaped_and_zombie_processes():
+  assert lease.pid_alive(os.getpid())
+  child = subprocess.Popen(["sleep", "30"])
+  try:
+    assert lease.pid_alive(child.pid)
+    child.kill()
+    deadline = time.monotonic() + 10
+    while lease.pid_alive(child.pid):  # Killed, not yet reaped: a zombie.
+      assert time.monotonic() < deadline
+      time.sleep(0.02)
+  finally:
+    child.kill()
+    child.wait()
+  assert not lease.pid_alive(child.pid)
+
+
+def _files_under(model_dir):
+  return sorted(os.path.join(d, f) for d, _, files in tf.io.gfile.walk(
+      model_dir) for f in files)
+
+
+def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
+    run_in_process):
+  from tfm_ext import assembly, driver, params as params_lib, preemption  # pylint: disable=g-import-not-at-top
+  del run_in_process  # Registers the experiments.
+  model_dir = f"ram://lease_{uuid.uuid4().hex}/m"
+  path = os.path.join(model_dir, lease.FILENAME)
+
+  def plan(mode):
+    params = params_lib.build(params_lib.ConfigSources(
+        experiment="digits_convnet", params_override=(
+            "trainer.train_steps=4,trainer.steps_per_loop=2,"
+            "trainer.summary_interval=2,trainer.checkpoint_interval=2,"
+            "trainer.validation_interval=4,trainer.validation_steps=2")))
+    return driver.prepare(driver.RunRequest(
+        experiment="digits_convnet", mode=mode, model_dir=model_dir,
+        params=params))
+
+  watcher = preemption.SignalWatcher(signals=())
+  trains = plan("train_and_eval")
+  parts = assembly.assemble(trains, watcher)
+  assert _files.read_json(path)["pid"] == os.getpid()  # Before any record.
+  assert driver.run_parts(trains, parts, watcher).status == "completed"
+  assert not tf.io.gfile.exists(path)
+
+  # Another trainer, alive on another host, holds it now.
+  _files.write_json(path, {"host": "tpu-vm-7", "pid": 4242, "token": "t",
+                           "started": time.time(), "heartbeat": time.time()})
+  before = _files_under(model_dir)
+  with pytest.raises(UsageError, match="in use by another trainer .*host "
+                     "tpu-vm-7, pid 4242"):
+    driver.run(plan("train"))
+  assert _files_under(model_dir) == before  # Refused before any write.
+  assert driver.run(plan("eval")).status == "completed"
+  assert _files.read_json(path)["token"] == "t"
+
+
+RUN = ("--experiment=digits_convnet", "--mode=train",
+       "--params_override=trainer.steps_per_loop=10,"
+       "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
+       "trainer.train_steps=")
+
+
+def test_two_trainers_started_at_once_one_trains_the_other_exits_2(
+    start, tmp_path):
+  model_dir = tmp_path / "m"
+  jobs = [start(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
+          for _ in range(2)]
+  deadline = time.monotonic() + 120
+  while all(job.proc.poll() is None for job in jobs):
+    assert time.monotonic() < deadline, "both still running: both train"
+    time.sleep(0.2)
+  loser, winner = jobs if jobs[0].proc.poll() is not None else jobs[::-1]
+  refused = loser.finish()
+  assert refused.returncode == 2, refused
+  error = [l for l in refused.stderr.splitlines() if l.startswith("error:")]
+  assert error and re.search(
+      rf"in use by another trainer \(host \S+, pid {winner.proc.pid}, "
+      r"started .* UTC, last heartbeat \d+s ago\)", error[0]), refused
+  # The other trains on, alone: one training start, its lease, its steps.
+  winner.wait_for_line(lambda l: l.startswith("step "))
+  assert len(os.listdir(model_dir / "training_starts")) == 1
+  assert _holder(str(model_dir))["pid"] == winner.proc.pid
+  winner.proc.send_signal(signal.SIGTERM)
+  stopped = winner.finish()
+  assert stopped.returncode == 42, stopped
+  assert not (model_dir / lease.FILENAME).exists()  # Released on the way out.
+
+
+def test_sigkilled_trainer_relaunches_at_once_and_resumes(
+    start, launch, tmp_path):
+  model_dir = tmp_path / "m"
+  first = start(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
+  first.wait_for_line(lambda l: l.startswith("step ") and
+                      tf.train.latest_checkpoint(str(model_dir)))
+  first.proc.send_signal(signal.SIGKILL)
+  first.proc.wait()
+  assert _holder(str(model_dir))["pid"] == first.proc.pid  # Left behind.
+  killed_at = int(tf.train.latest_checkpoint(str(model_dir)).split("-")[-1])
+
+  relaunch = launch(*RUN[:2], RUN[2] + str(killed_at + 10),
+                    model_dir=model_dir, timeout=120)
+  assert relaunch.returncode == 0, relaunch
+  assert "its process is gone" in relaunch.stderr, relaunch
+  summary = relaunch.summary()
+  assert (summary["resumed_from_step"], summary["global_step"]) == (
+      killed_at, killed_at + 10)
+  assert not (model_dir / lease.FILENAME).exists()
