@@ -6,7 +6,9 @@
 Each part is built from the ones before it, so nothing is bound late: the
 actions get the checkpoint manager itself, and the controller gets them all.
 `assemble` writes nothing into `model_dir` but the trainer lease
-(`tfm_ext.lease`); `tfm_ext.driver.run` does, once the parts exist.
+(`tfm_ext.lease`) and a repaired checkpoint state file
+(`tfm_ext.checkpoint_state`); `tfm_ext.driver.run` does, once the parts
+exist.
 """
 
 import dataclasses
@@ -26,6 +28,7 @@ from official.modeling import performance
 
 from tfm_ext import actions
 from tfm_ext import best_checkpoint
+from tfm_ext import checkpoint_state
 from tfm_ext import checkpointing
 from tfm_ext import console
 from tfm_ext import curves
@@ -123,6 +126,9 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   params, model_dir = request.params, request.model_dir
   deterministic = determinism.apply(params.runtime)
   chief = strategy.extended.should_checkpoint
+  # Before anything reads the state file: a missing or damaged one is
+  # rebuilt, an unreadable latest checkpoint skipped, or the run refused.
+  latest = checkpoint_state.repair(model_dir, write=chief)
   # Every worker takes part in saving (variables may sync on read), but only
   # the chief writes where a user looks; the others write to a temp dir.
   write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
@@ -141,7 +147,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
-  restored_elsewhere = _restore_on_every_worker(trainer, model_dir, strategy)
+  restored_elsewhere = _restore_on_every_worker(trainer, latest, strategy)
   manager = checkpointing.build_manager(
       trainer, write_dir, params.trainer,
       evaluates_only=not mode.trains,
@@ -203,16 +209,16 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                trainer_lease=held)
 
 
-def _restore_on_every_worker(trainer, model_dir: str,
+def _restore_on_every_worker(trainer, latest: Optional[str],
                              strategy: tf.distribute.Strategy) -> bool:
   """Restores the latest checkpoint on every worker of a multi-worker run.
 
   Restoring creates optimizer slots, each a collective broadcast, so all
   workers restore here, in the same order. A non-chief's checkpoint manager
   is in an empty temp dir: without this it would start from its initial
-  weights. Returns whether it restored.
+  weights. `latest` is `checkpoint_state.repair`'s. Returns whether it
+  restored.
   """
-  latest = tf.train.latest_checkpoint(model_dir)
   if not (latest and strategies.is_multi_worker(strategy)):
     return False
   with strategy.scope():

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Tuple
 import tensorflow as tf
 import yaml
 
+from tfm_ext import checkpoint_state
 from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
@@ -62,7 +63,7 @@ def diff(old: Dict[str, Any], new: Dict[str, Any],
 def check(params, model_dir: str, allow_change: bool) -> None:
   """Raises `UsageError` if resuming `model_dir` with `params` is unsafe."""
   saved = f"{model_dir}/params.yaml"
-  if not (tf.io.gfile.exists(saved) and tf.train.latest_checkpoint(model_dir)):
+  if not (tf.io.gfile.exists(saved) and checkpoint_state.latest(model_dir)):
     return
   # A params.yaml stock TFM wrote lacks our fields: they are their defaults.
   try:

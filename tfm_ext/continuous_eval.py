@@ -7,36 +7,62 @@ evaluated is a ledger, `model_dir/eval_ledger/<checkpoint>.json`, one record
 written whole after each evaluation (an object store has no append), so a
 restarted evaluator skips it; an older evaluator's `eval_ledger.jsonl` is
 read too. A checkpoint that `max_to_keep` deleted before it was read is
-skipped with a warning (and recorded, so it is not looked for again).
+skipped with a warning and recorded as "missing", one that cannot be read
+(cut short, zeroed) as "unreadable", so neither is looked for again.
+
+Several evaluators may share a model_dir: before evaluating a checkpoint an
+evaluator claims it (`Claims`, `model_dir/eval_claims/<checkpoint>.json`),
+and the others leave it alone while the claim is renewed. An evaluator that
+died holding a claim stops renewing it; the claim is taken over once it has
+not changed for `STALE_CLAIM_SECONDS` (at once, on the same host, when the
+claimant's process is gone).
 
 A training mode that finishes writes `model_dir/training_complete.json`
-(`mark_training_complete`); the evaluator stops as soon as it has evaluated
-the checkpoint at that step. Without a marker it stops at `train_steps`, or
+(`mark_training_complete`); the evaluator stops as soon as the checkpoint at
+that step is in the ledger. Without a marker it stops at `train_steps`, or
 after `continuous_eval_timeout` seconds without a new checkpoint.
 
-A crash between an evaluation and its ledger line evaluates that checkpoint
-again on restart: exactly once holds for every checkpoint whose evaluation
-completed and was recorded. So does a ledger record that is not whole
-(skipped with a warning).
+A crash between an evaluation and its ledger record evaluates that
+checkpoint again on restart: exactly once holds for every checkpoint whose
+evaluation completed and was recorded. So does a ledger record that is not
+whole (skipped with a warning).
 """
 
+import contextlib
 import os
+import socket
+import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+import traceback
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from absl import logging
 import orbit
 import tensorflow as tf
 
 from tfm_ext import _files
+from tfm_ext import checkpoint_state
 from tfm_ext import console
+from tfm_ext import lease
 from tfm_ext.errors import UsageError
 
 LEDGER = "eval_ledger"
 LEGACY_LEDGER = "eval_ledger.jsonl"
+CLAIMS = "eval_claims"
 _ENTRY_KEYS = ("checkpoint", "global_step", "status")
 COMPLETE_MARKER = "training_complete.json"
 POLL_SECONDS = 1.0
+# A claim is written, then read back this much later: longer than any
+# evaluator takes from reading a claim to writing its own (see `Claims`).
+CLAIM_SETTLE_SECONDS = 1.0
+# An evaluator rewrites its claim this often while it evaluates; a claim
+# that has not changed for STALE_CLAIM_SECONDS is its dead evaluator's.
+CLAIM_RENEW_SECONDS = 5.0
+STALE_CLAIM_SECONDS = 30.0
+# One id per process: an evaluator rebuilt in the same process (an
+# in-process restart) takes its own claims back at once.
+_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def mark_training_complete(model_dir: str, global_step: int) -> None:
@@ -62,28 +88,30 @@ def training_complete_step(model_dir: str) -> Optional[int]:
     return None
 
 
-def checkpoint_step(path: str) -> int:
-  return int(path.rsplit("-", 1)[-1])
-
-
 def listed_checkpoints(model_dir: str) -> List[str]:
-  """Every checkpoint the manager's state file lists, oldest first."""
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state is None:
-    return []
-  paths = set(state.all_model_checkpoint_paths)
-  if state.model_checkpoint_path:
-    paths.add(state.model_checkpoint_path)
-  return sorted((os.path.join(model_dir, os.path.basename(p)) for p in paths),
-                key=checkpoint_step)
+  """The checkpoints to evaluate, oldest first.
+
+  Those the manager's state file lists (none while it is missing or
+  damaged: `checkpoint_state.repair` rebuilds it). Once training is
+  complete, also every `ckpt-<step>` file up to its final step: what the
+  repair left out of the state file as unreadable is then recorded as such,
+  and the final checkpoint is not waited for.
+  """
+  listed, _ = checkpoint_state.read_state(model_dir)
+  paths = set(listed or [])
+  final = training_complete_step(model_dir)
+  if final is not None:
+    paths.update(p for p in checkpoint_state.checkpoint_files(model_dir)
+                 if checkpoint_state.step_of(p) <= final)
+  return sorted(paths, key=checkpoint_state.step_of)
 
 
 def read_ledger(model_dir: str) -> List[Dict[str, Any]]:
   """The ledger's entries, one per checkpoint, oldest first.
 
-  `{"checkpoint": "ckpt-20", "global_step": 20, "status": "evaluated" or
-  "missing", "metrics": {...}, "time": ...}`. A record that is not whole is
-  skipped with a warning: its checkpoint is evaluated again.
+  `{"checkpoint": "ckpt-20", "global_step": 20, "status": "evaluated",
+  "missing" or "unreadable", "metrics": {...}, "time": ...}`. A record that
+  is not whole is skipped with a warning: its checkpoint is evaluated again.
   """
   records = _files.read_records(
       os.path.join(model_dir, LEDGER), _ENTRY_KEYS,
@@ -103,10 +131,24 @@ class EvalLedger:
   def __contains__(self, checkpoint_path: str) -> bool:
     return os.path.basename(checkpoint_path) in self.entries
 
+  def recorded_elsewhere(self, checkpoint_path: str) -> bool:
+    """Whether another evaluator has recorded it since this ledger was read.
+
+    Reads that one record, not the whole ledger.
+    """
+    name = os.path.basename(checkpoint_path)
+    try:
+      entry = _files.read_object(os.path.join(self._dir, name + ".json"),
+                                 _ENTRY_KEYS)
+    except (tf.errors.NotFoundError, ValueError):
+      return False  # Not there, or not whole: not recorded.
+    self.entries[name] = entry
+    return True
+
   def record(self, checkpoint_path: str, status: str,
              metrics: Optional[Mapping[str, float]] = None) -> None:
     entry = {"checkpoint": os.path.basename(checkpoint_path),
-             "global_step": checkpoint_step(checkpoint_path),
+             "global_step": checkpoint_state.step_of(checkpoint_path),
              "status": status, "metrics": dict(metrics or {}),
              "time": time.time()}
     _files.write_record(self._dir, entry["checkpoint"], entry)
@@ -115,6 +157,115 @@ class EvalLedger:
   def evaluated_steps(self) -> List[int]:
     return sorted(e["global_step"] for e in self.entries.values()
                   if e["status"] == "evaluated")
+
+
+class Claims:
+  """Which of several evaluators on one model_dir evaluates a checkpoint.
+
+  An object store has no create-if-absent, so a claim is won, not taken:
+  an evaluator that finds no live claim writes its own, waits
+  `CLAIM_SETTLE_SECONDS`, and reads the claim back; the last writer wins.
+  Two that both found none wrote within the settle time of each other, so
+  each reads back the later one's, and only that one goes on. A winner
+  renews its claim while it evaluates (`renewed`); a claim seen unchanged
+  for `STALE_CLAIM_SECONDS` on this evaluator's clock (no two machines'
+  clocks are compared) is taken over.
+  """
+
+  def __init__(self, model_dir: str, *,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep,
+               owner: str = _PROCESS_OWNER):
+    self._dir = os.path.join(model_dir, CLAIMS)
+    self._clock, self._sleep = clock, sleep
+    self.owner = owner
+    # Where a pid names one process, as for the trainer lease.
+    self._here = {"host": socket.gethostname(), "pid_space": lease.pid_space()}
+    # Checkpoint -> (another's claim as last read, when it was first seen).
+    self._seen: Dict[str, Any] = {}
+
+  def acquire(self, checkpoint_path: str) -> bool:
+    """Whether this evaluator now holds the claim on `checkpoint_path`."""
+    name = os.path.basename(checkpoint_path)
+    held = self._read(name)
+    if held is not None and held.get("owner") != self.owner:
+      gone = self._gone_because(name, held)
+      if not gone:
+        return False
+      logging.warning("Taking over the claim on %s of evaluator %s: %s.",
+                      name, held.get("owner"), gone)
+    self._write(name, renewals=0)
+    self._sleep(CLAIM_SETTLE_SECONDS)
+    won = self._read(name)
+    return won is not None and won.get("owner") == self.owner
+
+  @contextlib.contextmanager
+  def renewed(self, checkpoint_path: str) -> Iterator[None]:
+    """Renews the claim every `CLAIM_RENEW_SECONDS` while the block runs."""
+    name = os.path.basename(checkpoint_path)
+    done = threading.Event()
+
+    def renew():
+      renewals = 0
+      while not done.wait(CLAIM_RENEW_SECONDS):
+        renewals += 1
+        try:
+          held = self._read(name)
+          if held is not None and held.get("owner") != self.owner:
+            return  # Taken over while this one stalled: not ours to renew.
+          self._write(name, renewals=renewals)
+        except tf.errors.OpError as e:
+          logging.warning("Could not renew the claim on %s: %s", name,
+                          str(e).splitlines()[0])
+
+    thread = threading.Thread(target=renew, daemon=True,
+                              name=f"claim {name}")
+    thread.start()
+    try:
+      yield
+    finally:
+      done.set()
+      thread.join()
+
+  def release(self, checkpoint_path: str) -> None:
+    """Removes this evaluator's claim (once its ledger record is written)."""
+    name = os.path.basename(checkpoint_path)
+    held = self._read(name)
+    if held is not None and held.get("owner") == self.owner:
+      try:
+        tf.io.gfile.remove(self._path(name))
+      except tf.errors.NotFoundError:
+        pass
+
+  def _gone_because(self, name: str, held: Dict[str, Any]) -> str:
+    """Why the evaluator of claim `held` is gone; "" when it may be alive."""
+    pid = held.get("pid")
+    if (all(held.get(k) == v for k, v in self._here.items())
+        and isinstance(pid, int) and pid > 0 and not lease.pid_alive(pid)):
+      return "its process is gone"
+    key = (held.get("owner"), held.get("renewals"))
+    now = self._clock()
+    seen = self._seen.get(name)
+    if seen is None or seen[0] != key:
+      self._seen[name] = (key, now)
+      return ""
+    if now - seen[1] > STALE_CLAIM_SECONDS:
+      return f"not renewed for {now - seen[1]:.0f} s"
+    return ""
+
+  def _path(self, name: str) -> str:
+    return os.path.join(self._dir, name + ".json")
+
+  def _read(self, name: str) -> Optional[Dict[str, Any]]:
+    try:
+      return _files.read_object(self._path(name), {"owner": str})
+    except (tf.errors.NotFoundError, ValueError):
+      return None  # None, or a claim cut short: no live claim either way.
+
+  def _write(self, name: str, renewals: int) -> None:
+    _files.write_record(self._dir, name, {
+        "checkpoint": name, "owner": self.owner, **self._here,
+        "pid": os.getpid(), "renewals": renewals, "time": time.time()})
 
 
 def no_checkpoint_error(model_dir: str, timeout: float) -> UsageError:
@@ -132,30 +283,38 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
                           sleep: Callable[[float], None] = time.sleep):
   """Evaluates each new checkpoint once; returns the last eval output.
 
-  Raises `UsageError` when no checkpoint appears within `timeout` seconds.
+  Once among all the evaluators of `model_dir`: each skips what the ledger
+  holds or another has claimed (see the module docstring). Raises
+  `UsageError` when no checkpoint appears within `timeout` seconds.
   `should_stop` is polled between evaluations (a preemption signal).
   """
   ledger = EvalLedger(model_dir)
+  claims = Claims(model_dir, clock=clock, sleep=sleep)
+  seen = set()
   last_new = clock()
   output = None
   while not should_stop():
     for path in listed_checkpoints(model_dir):
-      if path in ledger or should_stop():
+      if path not in seen:
+        seen.add(path)
+        last_new = clock()
+      if (path in ledger or should_stop() or ledger.recorded_elsewhere(path)
+          or not claims.acquire(path)):
         continue
       try:
-        with controller.strategy.scope():
-          # An evaluator has no optimizer slots to fill: partial by design.
-          controller.checkpoint_manager.checkpoint.restore(
-              path).expect_partial()
-      except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
-        logging.warning("Checkpoint %s vanished before it was evaluated "
-                        "(max_to_keep?); skipping it: %s", path,
-                        str(e).splitlines()[0])
-        ledger.record(path, "missing")
-        continue
-      output = controller.evaluate(steps=eval_steps)
-      ledger.record(path, "evaluated", console.scalars(output or {}))
-      last_new = clock()
+        # Another evaluator may have recorded it and let its claim go
+        # between the ledger read above and this claim.
+        if ledger.recorded_elsewhere(path):
+          continue
+        with claims.renewed(path):
+          status = _restore(controller, path)
+          if status is None:
+            output = controller.evaluate(steps=eval_steps)
+        ledger.record(path, status or "evaluated",
+                      console.scalars(output or {}) if status is None else {})
+        last_new = clock()  # A long evaluation is not idle time.
+      finally:
+        claims.release(path)
     if _finished(model_dir, ledger, train_steps):
       break
     waited = clock() - last_new
@@ -166,6 +325,41 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
       break
     sleep(POLL_SECONDS)
   return output
+
+
+def _restore(controller: orbit.Controller, path: str) -> Optional[str]:
+  """Restores `path`; returns None, or the status to record if it cannot."""
+  try:
+    with controller.strategy.scope():
+      # An evaluator has no optimizer slots to fill: partial by design.
+      controller.checkpoint_manager.checkpoint.restore(path).expect_partial()
+    return None
+  except (tf.errors.OpError, IndexError) as e:  # IndexError: cut short.
+    _forget_failed_restore(e)
+    cause = checkpoint_state.first_line(e)
+    if not tf.io.gfile.exists(path + ".index"):
+      logging.warning("Checkpoint %s vanished before it was evaluated "
+                      "(max_to_keep?); skipping it: %s", path, cause)
+      return "missing"
+    logging.warning("Checkpoint %s cannot be read (%s); recorded as "
+                    "unreadable and skipped.", path, cause)
+    return "unreadable"
+
+
+def _forget_failed_restore(error: BaseException) -> None:
+  """Marks the restore that `error` cut short as partial on purpose.
+
+  TensorFlow keeps a failed restore's record until the model goes, then
+  logs a warning for each value it did not restore (about 20 for
+  digits_convnet); at interpreter exit, with the log file closed, each is a
+  "--- Logging error ---" traceback. Its `expect_partial` silences them;
+  the restore that raised never returned the status that sets it, so it
+  is found in the frames the error passed through.
+  """
+  for frame, _ in traceback.walk_tb(error.__traceback__):
+    for value in frame.f_locals.values():
+      if type(value).__name__ == "_CheckpointRestoreCoordinator":
+        value.expect_partial = True
 
 
 def _finished(model_dir: str, ledger: EvalLedger, train_steps: int) -> bool:

@@ -27,6 +27,7 @@ from official.core import train_utils
 from official.modeling import hyperparams
 from official.modeling.hyperparams import params_dict
 
+from tfm_ext import checkpoint_state
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
 from tfm_ext import params_file
@@ -188,7 +189,7 @@ def await_trainer_params(model_dir: str, timeout: float,
   announced = False
   while True:
     follow = trainer_params(model_dir)
-    if follow or tf.train.latest_checkpoint(model_dir):
+    if follow or checkpoint_state.latest(model_dir):
       return follow
     if clock() >= deadline:
       raise continuous_eval.no_checkpoint_error(model_dir, timeout)

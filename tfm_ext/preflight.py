@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from official.core import config_definitions
 
+from tfm_ext import checkpoint_state
 from tfm_ext import devices as devices_lib
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
@@ -44,7 +45,7 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
   for where, data in datasets:
     _check_batch(where, data, num_replicas)
     _check_input_path(where, data)
-  if needs_checkpoint and not tf.train.latest_checkpoint(model_dir):
+  if needs_checkpoint and not checkpoint_state.latest(model_dir):
     raise UsageError(
         f"No checkpoint in --model_dir={model_dir!r} to evaluate or export. "
         "Train first "
