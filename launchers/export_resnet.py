@@ -11,17 +11,17 @@ the reference runner's checkpoints). See `experiments/imagenet/export.py`
 for what is written. Bad input prints one `error:` paragraph and exits 2.
 """
 
-import gc
 import os
 import sys
 
-# TensorFlow's C++ start-up INFO lines would bury the result.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# As in launchers/train.py: no collections while importing
-# (benchmarks/RESULTS.md#default-collector-off-while-importing).
-gc.disable()
+# This repository's experiments/, wherever it runs.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext import _startup
+
+# As in launchers/train.py: TensorFlow quiet, no collections while importing.
+_startup.begin()
 from absl import app
 from absl import flags
 import tensorflow as tf
@@ -32,8 +32,7 @@ from experiments.imagenet import export
 from experiments.imagenet import resnet50
 from tfm_ext.errors import UsageError
 
-gc.freeze()
-gc.enable()
+_startup.end()
 
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix or directory.")
 flags.DEFINE_string("export_dir", None, "Where the SavedModels go.")

@@ -19,21 +19,21 @@ and signals, restarts and exit codes are those of `launchers/train.py`. Bad
 flags print one `error:` paragraph and exit 2 before anything is written.
 """
 
-import gc
 import os
+import sys
 
-# TensorFlow's C++ start-up INFO lines would bury the progress lines.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# As in launchers/train.py: no collections while importing
-# (benchmarks/RESULTS.md#default-collector-off-while-importing).
-gc.disable()
+# This repository's experiments/ and registry_imports.py, wherever it runs.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext import _startup
 from tfm_ext import _startup_signals
 
 # As in launchers/train.py: a signal from here until the run starts exits
-# 42, nothing to save yet.
+# 42, nothing to save yet; TensorFlow quiet and no collections while
+# importing (tfm_ext/_startup.py).
 _startup_signals.install()
+_startup.begin()
 from absl import app
 from absl import flags
 from absl import logging
@@ -48,8 +48,7 @@ from tfm_ext import params as params_lib
 from tfm_ext import run_summary
 from tfm_ext.errors import UsageError
 
-gc.freeze()
-gc.enable()
+_startup.end()
 
 reference_flags.define_flags()
 flags.adopt_module_key_flags(reference_flags)  # --helpshort lists them.

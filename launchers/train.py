@@ -3,23 +3,23 @@
     python launchers/train.py --experiment=digits_convnet \
         --mode=train_and_eval --model_dir=/tmp/digits
 
-`--list` shows the registered experiments, tasks, trainers and models.
+`--list` shows the registered experiments, tasks, trainers and models. It is
+`tfm-ext-train` with this repository's registrations (`registry_imports.py`),
+which are not installed with the library.
 """
 
-import gc
 import os
+import sys
 
-# TensorFlow's C++ start-up INFO lines would bury the progress lines.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# The imports below make hundreds of thousands of objects that live as long
-# as the process, and Python's collector would rescan them in several full
-# collections while they load. It is off until they are in; `gc.freeze`
-# then keeps later collections from rescanning them (benchmarks/startup.py;
-# benchmarks/RESULTS.md#default-collector-off-while-importing and
-# #default-gc-freeze).
-gc.disable()
+# This repository's experiments/ and registry_imports.py, wherever it runs.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext import _startup
+
+# Quiet TensorFlow and no collections while importing (tfm_ext/_startup.py;
+# benchmarks/RESULTS.md#default-collector-off-while-importing).
+_startup.begin()
 from tfm_ext import _startup_signals
 
 # SIGTERM or SIGINT from here until the run starts: exit 42, nothing to
@@ -29,10 +29,8 @@ from absl import app
 
 import tfm_ext.launcher
 import registry_imports  # pylint: disable=unused-import
+_startup.end()
 # pylint: enable=g-import-not-at-top,wrong-import-position
-
-gc.freeze()
-gc.enable()
 
 if __name__ == "__main__":
   app.run(tfm_ext.launcher.main)

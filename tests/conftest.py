@@ -126,6 +126,9 @@ def start(data_dir):
       r.proc.communicate()
 
 
+# This repository's experiments/ and registry_imports.py (not installed with
+# the library), and the downstream example.
+sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "downstream"))
 
 

@@ -25,7 +25,8 @@ def test_steady_examples_per_second_span_every_loop_after_the_first():
   # last loop's 80 rows in 4 s.
   assert progress.examples_per_second == 20 * 8 / 5.0
   last = stream.getvalue().splitlines()[-1]
-  assert last.startswith("step 21/41 | training_loss 0.5 | 20 ex/s")
+  # The loop's rate, smoothed: 10 steps in 0.3 * 4 s + 0.7 * 1 s.
+  assert last.startswith("step 21/41 | training_loss 0.5 | 42 ex/s")
   # 20 steps left at the steady 0.25 s a step.
   assert last.endswith("ETA 0:00:05")
 
@@ -43,3 +44,40 @@ def test_the_eta_comes_from_steps_when_the_batch_size_is_unknown():
     now[0] += 2.0
     progress({})
   assert stream.getvalue().splitlines()[-1] == "step 20/30 | 0 ex/s | ETA 0:00:02"
+
+
+def test_the_progress_rate_does_not_swing_with_a_loop_that_also_saved():
+  step = tf.Variable(0, dtype=tf.int64)
+  now = [0.0]
+  stream = io.StringIO()
+  progress = console.TrainProgress(
+      global_step=step, total_steps=10**6, global_batch_size=64,
+      start_time=0.0, clock=lambda: now[0], stream=stream)
+  # Plain loops of 10 ms, and every third one 1 s (a checkpoint, say).
+  for loop in range(12):
+    step.assign_add(10)
+    now[0] += 1.0 if loop % 3 == 2 else 0.01
+    progress({})
+  rates = [float(line.split(" | ")[1].split()[0])
+           for line in stream.getvalue().splitlines()[1:]]
+  # From the first slow loop on, loop to loop: unsmoothed they swing 100x.
+  steady = rates[2:]
+  assert max(steady) / min(steady) < 3, rates
+
+
+def test_a_long_evaluation_prints_its_batch_and_eta_every_few_seconds():
+  now = [0.0]
+  stream = io.StringIO()
+  ticker = console.EvalTicker(total=50, every_seconds=10.0,
+                              clock=lambda: now[0], stream=stream)
+  ticker.begin(global_step=300)
+  for _ in range(50):
+    now[0] += 1.0
+    ticker.tick()
+  lines = stream.getvalue().splitlines()
+  assert lines[0] == "eval @ step 300 | batch 10/50 | ETA 0:00:40"
+  assert len(lines) == 5
+  short = console.EvalTicker(total=-1, clock=lambda: now[0], stream=stream)
+  short.begin(global_step=300)
+  short.tick()  # Under 10 s: nothing printed.
+  assert len(stream.getvalue().splitlines()) == 5

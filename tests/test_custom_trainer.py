@@ -237,3 +237,18 @@ def test_a_pipeline_that_sizes_its_own_pool_keeps_it():
   assert pool(inputs.with_input_threads(unsized, 0)) == pool(unsized)
   assert list(inputs.with_input_threads(unsized, 2).as_numpy_iterator()
               ) == [0, 1, 2, 3]
+
+
+def test_a_subclass_counter_joins_the_checkpoint_and_survives_a_resume(
+    run_in_process, tmp_path):
+  # tests/downstream's `counting` trainer: add_to_checkpoint + replica_step.
+  override = ("trainer.train_steps={},trainer.steps_per_loop=10,"
+              "trainer.checkpoint_interval=10,"
+              "task.train_data.global_batch_size=16")
+  summary, _ = run_in_process("digits_convnet", "train", tmp_path,
+                              override.format(20), trainer="counting")
+  assert summary.train_metrics["downstream/examples"] == 20 * 16
+  summary, _ = run_in_process("digits_convnet", "train", tmp_path,
+                              override.format(40), trainer="counting")
+  assert summary.resumed_from_step == 20
+  assert summary.train_metrics["downstream/examples"] == 40 * 16

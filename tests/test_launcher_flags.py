@@ -184,3 +184,20 @@ def test_async_checkpointing_run_saves_checkpoints_a_resume_restores(
       override=SMOKE.replace("train_steps=40", "train_steps=50"))
   assert (summary.status, summary.resumed_from_step, summary.global_step) == (
       "completed", 40, 50)
+
+
+def test_print_config_prints_the_operative_yaml_and_writes_nothing(tmp_path):
+  import yaml  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "m"
+  proc = subprocess.run(
+      [sys.executable, TRAIN, "--experiment=digits_convnet", "--print_config",
+       "--params_override=trainer.train_steps=7", "--trainer=tfm_base",
+       f"--model_dir={model_dir}"],
+      capture_output=True, text=True, timeout=300, cwd=REPO,
+      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  config = yaml.safe_load(proc.stdout)
+  assert config["trainer"]["train_steps"] == 7
+  assert config["trainer"]["name"] == "tfm_base"
+  assert config["task"]["model"]["name"] == "digits_convnet"
+  assert not model_dir.exists()

@@ -20,22 +20,47 @@
 Select the trainer with `--trainer=mine`, `--params_override=trainer.name=mine`
 or the gin binding `tfm_ext.trainer.name = 'mine'`. Experiments and tasks stay
 in TFM's `exp_factory` and `task_factory`. The driver is `tfm_ext.launcher`
-(it defines absl flags, so it is not imported here).
+(it defines absl flags, so it is not imported here); `tfm-ext-train` and
+`python -m tfm_ext` run it.
+
+The names below load on first use (PEP 562), so that `import
+tfm_ext.launcher` can quiet TensorFlow and pause the garbage collector
+before TensorFlow loads (`tfm_ext._startup`).
 """
 
-from tfm_ext.actions import ActionContext
-from tfm_ext.actions import register_action
-from tfm_ext.custom_trainer import CustomTrainer
-from tfm_ext.errors import UsageError
-from tfm_ext.experiment import run_experiment
-from tfm_ext.models import build_model
-from tfm_ext.models import MODELS
-from tfm_ext.models import register_model
-from tfm_ext.registry import Registry
-from tfm_ext.registry import RegistryError
-from tfm_ext.trainers import get_trainer
-from tfm_ext.trainers import register_trainer
-from tfm_ext.trainers import TrainerConfig
-from tfm_ext.trainers import TRAINERS
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "ActionContext": "tfm_ext.actions",
+    "register_action": "tfm_ext.actions",
+    "CustomTrainer": "tfm_ext.custom_trainer",
+    "UsageError": "tfm_ext.errors",
+    "run_experiment": "tfm_ext.experiment",
+    "build_model": "tfm_ext.models",
+    "MODELS": "tfm_ext.models",
+    "register_model": "tfm_ext.models",
+    "Registry": "tfm_ext.registry",
+    "RegistryError": "tfm_ext.registry",
+    "get_trainer": "tfm_ext.trainers",
+    "register_trainer": "tfm_ext.trainers",
+    "TrainerConfig": "tfm_ext.trainers",
+    "TRAINERS": "tfm_ext.trainers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+  if name not in _EXPORTS:
+    raise AttributeError(f"module 'tfm_ext' has no attribute {name!r}")
+  value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))

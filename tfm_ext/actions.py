@@ -15,10 +15,12 @@ factory:
 
 Every factory registered in the process (its module imported, as a
 `--registry` or a fork's `registry_imports` does) is called once per run,
-after the driver's own actions are built and before anything runs, and its
-action runs after the driver's on each output of its phase (`train`: after
-each training loop; `eval`: after each evaluation), in the order of their
-names.
+after the driver's own actions are built and before anything runs. Its
+action runs on each output of its phase (`train`: after each training loop;
+`eval`: after each evaluation), in the order of the factories' names, after
+divergence recovery and TFM's actions and before the progress line and the
+preemption save: what it adds to the output is printed, written to
+TensorBoard and kept in the run summary.
 An action that raises stops the run with its exception, as the driver's own
 do.
 """

@@ -174,11 +174,12 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   context = actions.ActionContext(
       params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
       checkpoint_manager=manager, strategy=strategy, chief=chief)
-  train_actions = (_train_actions(context, progress, train_summaries, watcher)
-                   + list(supplied.train_actions) if mode.trains else [])
-  eval_actions = [eval_progress] + _eval_actions(
-      context, eval_summaries, watcher,
-      trains=mode.trains) + list(supplied.eval_actions)
+  train_actions = (_train_actions(context, progress, train_summaries, watcher,
+                                  supplied=supplied.train_actions)
+                   if mode.trains else [])
+  eval_actions = _eval_actions(context, eval_progress, eval_summaries,
+                               watcher, trains=mode.trains,
+                               supplied=supplied.eval_actions)
   if held:  # A run that lost the lease stops before it writes more.
     train_actions, eval_actions = ([held.check] + train_actions,
                                    [held.check] + eval_actions)
@@ -227,11 +228,14 @@ def _restore_on_every_worker(trainer, latest: Optional[str],
 
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
-                   watcher) -> List[actions.Action]:
-  """Recovery, progress, results, TFM's, save-and-stop, then registered ones.
+                   watcher, supplied=()) -> List[actions.Action]:
+  """Recovery, TFM's, registered ones, progress, results, save-and-stop.
 
-  The save-and-stop action comes after every action that may fail the loop
-  or roll it back, so a preempted run never saves a loop that diverged.
+  Registered actions come before the progress line, so what they add to a
+  loop's output is printed and, as Orbit writes summaries after the
+  actions, summarized. The save-and-stop action comes after every action
+  that may fail the loop or roll it back, so a preempted run never saves a
+  loop that diverged.
   """
   trainer, strategy = context.trainer, context.strategy
   config = context.params.trainer
@@ -253,15 +257,17 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
     stop = preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=trainer.global_step, summary_manager=summary_manager)
-  return (recovery + [progress] + curves.refresh_actions(context, "train")
-          + tfm + [stop] + actions.registered("train", context))
+  return (recovery + tfm + actions.registered("train", context)
+          + list(supplied) + [progress]
+          + curves.refresh_actions(context, "train") + [stop])
 
 
-def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
-                  trains: bool) -> List[actions.Action]:
-  """TFM's, results, save-and-stop for a training job, then registered ones.
+def _eval_actions(context: actions.ActionContext, progress, summary_manager,
+                  watcher, trains: bool, supplied=()) -> List[actions.Action]:
+  """TFM's, registered ones, progress, results, save-and-stop if training.
 
-  An evaluator never writes checkpoints: only training modes save.
+  As for training, registered actions come before the progress line. An
+  evaluator never writes checkpoints: only training modes save.
   """
   tfm = actions.tfm_eval_actions(context.params, context.trainer,
                                  context.model_dir)
@@ -271,5 +277,5 @@ def _eval_actions(context: actions.ActionContext, summary_manager, watcher,
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=context.trainer.global_step,
         summary_manager=summary_manager)]
-  return (tfm + curves.refresh_actions(context, "eval") + stop
-          + actions.registered("eval", context))
+  return (tfm + actions.registered("eval", context) + list(supplied)
+          + [progress] + curves.refresh_actions(context, "eval") + stop)

@@ -91,6 +91,7 @@ class TrainProgress:
     self._stream = stream or sys.stdout
     self._last: Optional[tuple] = None  # (step, time) at the previous loop end.
     self._steady: Optional[tuple] = None  # (step, time) at the first loop end.
+    self._smoothed: Optional[tuple] = None  # (steps, seconds) a loop, averaged.
     self.time_to_first_step: Optional[float] = None
     self.examples_per_second: Optional[float] = None
     self.last_logs: Dict[str, float] = {}
@@ -107,8 +108,8 @@ class TrainProgress:
       self.time_to_first_step = now - self._start_time
       parts.append(f"first step after {self.time_to_first_step:.1f}s")
     else:
-      loop_rate = examples_per_second(step - self._last[0],
-                                      now - self._last[1], self._batch)
+      loop_rate = self._smoothed_rate(step - self._last[0],
+                                      now - self._last[1])
       if loop_rate is not None:
         parts.append(f"{loop_rate:.0f} ex/s")
       steady_steps, steady_seconds = (step - self._steady[0],
@@ -122,6 +123,65 @@ class TrainProgress:
         eta = remaining * steady_seconds / steady_steps
         parts.append(f"ETA {_format_duration(eta)}")
     self._last = (step, now)
+    print(" | ".join(parts), file=self._stream, flush=True)
+
+  def _smoothed_rate(self, steps: int, seconds: float) -> Optional[float]:
+    """Examples a second over recent loops, weighted toward the latest.
+
+    Steps and seconds are averaged separately (exponentially, weight
+    `SMOOTHING` on the latest loop), so a loop that also saved a checkpoint
+    or evaluated moves the figure by a fraction, not by the 100x between a
+    small model's plain loop and that one.
+    """
+    if steps <= 0 or seconds <= 0:
+      return None
+    if self._smoothed is None:
+      self._smoothed = (float(steps), seconds)
+    else:
+      self._smoothed = tuple(
+          SMOOTHING * new + (1 - SMOOTHING) * old
+          for new, old in zip((steps, seconds), self._smoothed))
+    return examples_per_second(*self._smoothed, self._batch)
+
+
+# Weight of the latest loop in the ex/s of the progress line.
+SMOOTHING = 0.3
+
+
+class EvalTicker:
+  """Prints `eval @ step N | batch b/B | ETA h:mm:ss` during a long evaluation.
+
+  `begin` at the start of an evaluation, `tick` after each batch (from the
+  host: `CustomTrainer.eval_reduce`); a line every `every_seconds`, so an
+  evaluation shorter than that prints none. `total` of -1 or None (the whole
+  validation set) gives no ETA.
+  """
+
+  def __init__(self, *, total: Optional[int], every_seconds: float = 10.0,
+               clock: Callable[[], float] = time.monotonic,
+               stream: Optional[TextIO] = None):
+    self._total = total if total and total > 0 else None
+    self._every = every_seconds
+    self._clock = clock
+    self._stream = stream or sys.stdout
+    self._step = self._batches = 0
+    self._start = self._printed = 0.0
+
+  def begin(self, global_step: int) -> None:
+    self._step, self._batches = global_step, 0
+    self._start = self._printed = self._clock()
+
+  def tick(self) -> None:
+    self._batches += 1
+    now = self._clock()
+    if now - self._printed < self._every:
+      return
+    self._printed = now
+    parts = [f"eval @ step {self._step}", f"batch {self._batches}" + (
+        f"/{self._total}" if self._total else "")]
+    if self._total:
+      left = (self._total - self._batches) * (now - self._start) / self._batches
+      parts.append(f"ETA {_format_duration(left)}")
     print(" | ".join(parts), file=self._stream, flush=True)
 
 

@@ -9,7 +9,7 @@ then run as a graph):
       repeat steps_per_loop times:                         # tf.while_loop
         train_step(iterator)
           inputs = next_train_inputs(iterator)
-          strategy.run(task.train_step)                    # XLA if enable_xla
+          strategy.run(replica_step)     # task.train_step; XLA if configured
       logs = train_loop_end()            # -> train actions (tfm_ext.actions)
       every validation_interval steps:
         eval_begin()
@@ -21,7 +21,9 @@ then run as a graph):
         logs = eval_end(state)             # -> eval actions (tfm_ext.actions)
 
 Override any hook in a subclass and register it with
-`@tfm_ext.register_trainer("name")`; select it with `--trainer=name`. The
+`@tfm_ext.register_trainer("name")`; select it with `--trainer=name`. State
+of the subclass's own (a `tf.Variable`) joins the checkpoint through
+`add_to_checkpoint`. The
 hooks are for model logic; what runs around it (progress, checks, exports,
 notifications) is an action (`tfm_ext.register_action`).
 """
@@ -29,12 +31,14 @@ notifications) is an action (`tfm_ext.register_action`).
 from typing import Any, Dict, Tuple
 
 from absl import logging
+import orbit
 import tensorflow as tf
 
 from official.core import base_trainer
 from official.core import train_utils
 from official.modeling import optimization
 
+from tfm_ext import console
 from tfm_ext import determinism
 from tfm_ext import devices
 from tfm_ext import inputs
@@ -90,12 +94,14 @@ class CustomTrainer(base_trainer.Trainer):
     generators = determinism.random_generators(model)
     if generators:
       extra["random_generators"] = generators
+    self._checkpoint_items = dict(
+        global_step=self.global_step, model=self.model,
+        optimizer=self.optimizer,
+        **getattr(model, "checkpoint_items", {}))
     if extra:
-      self._checkpoint = tf.train.Checkpoint(
-          global_step=self.global_step, model=self.model,
-          optimizer=self.optimizer, **extra,
-          **getattr(model, "checkpoint_items", {}))
+      self.add_to_checkpoint(**extra)
     self._read_train_logs = self.read_train_logs  # Traced later.
+    self.eval_ticker = console.EvalTicker(total=config.trainer.validation_steps)
     self._loop_ends = 0
     self._task_train_step = task.train_step
     self._run_replicas = self._run_replicas_eagerly_or_traced
@@ -165,13 +171,31 @@ class CustomTrainer(base_trainer.Trainer):
     """Whether checkpoints hold the training input iterator's position."""
     return self._host_input
 
+  def replica_step(self, inputs) -> Logs:
+    """Runs on each replica: one step on its share of the batch; returns logs.
+
+    The default is the task's `train_step` (compiled with XLA where
+    configured). Override it to replace the whole step (two optimizers, a
+    GAN's two updates, a counter of your own); the trainer then adds
+    `logs[task.loss]` to `training_loss` and counts the step.
+    """
+    return self._task_train_step(inputs, model=self.model,
+                                 optimizer=self.optimizer,
+                                 metrics=self.train_metrics)
+
+  def add_to_checkpoint(self, **items) -> None:
+    """Saves and restores `items` (variables, modules) with the checkpoint.
+
+    Call it in a subclass's `__init__`, after `super().__init__()`: the
+    checkpoint manager is built after the trainer, so the items are saved
+    with every checkpoint and restored on resume, under these names.
+    """
+    self._checkpoint_items.update(items)
+    self._checkpoint = tf.train.Checkpoint(**self._checkpoint_items)
+
   def _run_replicas_eagerly_or_traced(self, inputs):
     def step_fn(inputs):
-      logs = self._task_train_step(
-          inputs,
-          model=self.model,
-          optimizer=self.optimizer,
-          metrics=self.train_metrics)
+      logs = self.replica_step(inputs)
       self.train_loss.update_state(logs[self.task.loss])
       self.global_step.assign_add(1)
 
@@ -247,6 +271,27 @@ class CustomTrainer(base_trainer.Trainer):
       metric.reset_states()
     if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
       optimizers.swap_ema_weights(self.optimizer)
+    self.eval_ticker.begin(int(self.global_step.numpy()))
+
+  def create_eval_loop_fn(self, has_state: bool):
+    """Orbit's evaluation loop; run from Python, it ticks `eval_ticker`.
+
+    So a long evaluation prints a line with its ETA every few seconds
+    (`console.EvalTicker`). With `trainer.eval_tf_while_loop` the loop is one
+    graph, Orbit's, and prints nothing until it ends.
+    """
+    if self._eval_options.use_tf_while_loop:
+      return super().create_eval_loop_fn(has_state)
+    step = self.eval_step
+    if self._eval_options.use_tf_function:
+      step = tf.function(step)
+
+    def ticking_step(iterator):
+      outputs = step(iterator)
+      self.eval_ticker.tick()
+      return outputs
+
+    return orbit.utils.create_loop_fn(ticking_step)
 
   def next_eval_inputs(self, iterator) -> Tuple[Any, Logs]:
     """Returns `(inputs, passthrough_logs)` for one evaluation step.

@@ -63,3 +63,7 @@ def get_trainer(name: str):
 
 
 register_trainer("tfm_base")(base_trainer.Trainer)
+# The library's own trainer registers itself as "custom" (DEFAULT_TRAINER)
+# when its module loads; loading it here, after everything it needs from
+# this module, makes every lookup see it.
+from tfm_ext import custom_trainer  # pylint: disable=g-import-not-at-top,unused-import,wrong-import-position

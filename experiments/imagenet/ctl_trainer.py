@@ -1,32 +1,38 @@
-"""The `resnet_ctl` trainer: what the reference `ResnetRunnable` adds to a loop.
+"""What the reference `ResnetRunnable` adds to a loop, as train actions.
 
-TFM's legacy ResNet runner wraps its loop in an `EpochHelper` and a Keras
-`TimeHistory` callback. `ResnetCtlTrainer` does the same through
-`CustomTrainer`'s hooks, once per loop of `num_steps` steps:
+TFM's legacy ResNet runner wraps its loop in an `EpochHelper`, a Keras
+`TimeHistory` callback and a profiler. None of it is model logic, so here
+each is an Orbit train action (`tfm_ext.register_action`), built for every
+run whose trainer config has the reference's fields
+(`ResnetCtlTrainerConfig`), whichever trainer runs. After each loop:
 
-    train(num_steps)        note the loop's length (Orbit's entry point)
-      train_loop_begin()    start the throughput window; start the profiler
-                            if the loop meets `profile_steps`
-      ...num_steps steps...
-      train_loop_end()      logs += epoch, and once `log_steps` steps have
-                            passed, examples_per_second (with the
-                            reference's "TimeHistory: ..." log line); stop
-                            the profiler after its last step
+    epoch          logs["epoch"] = step / steps per epoch
+                   (task.train_data.num_examples // global batch)
+    time_history   once `log_steps` steps have passed since the last
+                   report: logs["examples_per_second"] and the reference's
+                   "TimeHistory: ..." log line
+    profile        stops the profiler after the loop that ends
+                   `profile_steps`, or starts it before the next loop if
+                   that loop meets them (before the first loop: when the
+                   run is assembled)
 
-The values land in the console line, TensorBoard and `run_summary.json`
-like any other training log.
+Registered actions run before the progress line and Orbit's summaries, so
+the values land in the console line, TensorBoard and `run_summary.json` like
+any training log. The `resnet_ctl` trainer is `CustomTrainer` itself.
 """
 
 import dataclasses
 import os
 import time
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
 
 import tfm_ext
 from tfm_ext import console
+
+Step = Callable[[], int]
 
 
 @dataclasses.dataclass
@@ -64,78 +70,127 @@ def parse_profile_steps(text: str) -> Optional[Tuple[int, int]]:
   return first, last
 
 
-@tfm_ext.register_trainer("resnet_ctl")
-class ResnetCtlTrainer(tfm_ext.CustomTrainer):
-  """`CustomTrainer` plus the reference runner's epoch, throughput, profile.
+# Nothing in the reference's loop is ResNet's: its extras are the actions.
+tfm_ext.register_trainer("resnet_ctl")(tfm_ext.CustomTrainer)
 
-  Reads `trainer.log_steps` and `trainer.profile_steps` when the config has
-  them (`ResnetCtlTrainerConfig`), and the epoch length from
-  `task.train_data.num_examples` when the data config has it.
+
+def _reads_reference_fields(context: tfm_ext.ActionContext) -> bool:
+  return hasattr(context.params.trainer, "log_steps")
+
+
+def _step(context: tfm_ext.ActionContext) -> Step:
+  return lambda: int(context.trainer.global_step.numpy())
+
+
+class Epoch:
+  """Adds `epoch`: the global step over the steps of an epoch."""
+
+  def __init__(self, step: Step, steps_per_epoch: int):
+    self._step = step
+    self._steps_per_epoch = steps_per_epoch
+
+  def __call__(self, output) -> None:
+    output["epoch"] = self._step() / self._steps_per_epoch
+
+
+class TimeHistory:
+  """Adds `examples_per_second` once `log_steps` steps have run since the last.
+
+  The window starts when the action is built (tracing included, as the
+  reference's first window) and again at each report.
   """
 
-  def __init__(self, config, task, model, optimizer, **kwargs):
-    super().__init__(config, task, model, optimizer, **kwargs)
-    self._log_steps = getattr(config.trainer, "log_steps", 100)
-    self._profile_window = parse_profile_steps(
-        getattr(config.trainer, "profile_steps", ""))
-    if self._profile_window and not task.logging_dir:
-      logging.warning("profile_steps is set but the task has no logging_dir "
-                      "to write to; not profiling.")
-      self._profile_window = None
+  def __init__(self, step: Step, global_batch_size: int, log_steps: int,
+               clock: Callable[[], float] = time.time):
+    self._step = step
+    self._batch = global_batch_size
+    self._log_steps = log_steps
+    self._clock = clock
+    self._start = (step(), clock())
+
+  def __call__(self, output) -> None:
+    step, now = self._step(), self._clock()
+    start_step, start_time = self._start
+    if step - start_step < self._log_steps:
+      return
+    seconds = now - start_time
+    rate = console.examples_per_second(step - start_step, seconds,
+                                       self._batch)
+    logging.info("TimeHistory: %.2f seconds, %.2f examples/second between "
+                 "steps %d and %d", seconds, rate or 0.0, start_step, step)
+    output["examples_per_second"] = rate
+    self._start = (step, now)
+
+
+class Profile:
+  """Profiles the loops that meet `window` (1-based global steps) into `logdir`.
+
+  Loops end on multiples of `steps_per_loop` (`assembly.FirstStepThenEvery`),
+  so the profile is rounded out to whole loops; a loop cut short by an
+  evaluation may start it one loop early.
+  """
+
+  def __init__(self, step: Step, window: Tuple[int, int], logdir: str,
+               steps_per_loop: int, train_steps: int,
+               start=tf.profiler.experimental.start,
+               stop=tf.profiler.experimental.stop):
+    self._step = step
+    self._first, self._last = window[0], min(window[1], train_steps)
+    self._logdir = logdir
+    self._steps_per_loop = steps_per_loop
+    self._start, self._stop = start, stop
     self._profiling = False
-    data = config.task.train_data
-    self._global_batch = data.global_batch_size
-    num_examples = getattr(data, "num_examples", 0)
-    self._steps_per_epoch = (num_examples // self._global_batch
-                             if self._global_batch else 0)
-    self._window_start: Optional[Tuple[int, float]] = None  # (step, time)
-    self._loop_steps = 1
+    self._done = self._first > self._last
+    # The first loop of a process is its next step alone.
+    self._maybe_start(self._step() + 1, self._step() + 1)
 
-  def train(self, num_steps):
-    """Orbit's entry point for one loop; notes its length for the profiler."""
-    self._loop_steps = int(num_steps)
-    return super().train(num_steps)
-
-  def train_loop_begin(self):
-    """Starts the throughput window, and the profiler for a profiled loop."""
-    super().train_loop_begin()
-    step = int(self.global_step.numpy())
-    if self._loop_meets_profile_window(step + 1, step + self._loop_steps):
-      self._profiling = True
-      logdir = os.path.join(self.task.logging_dir, "train")
-      logging.info("Profiling from step %d into %s.", step + 1, logdir)
-      tf.profiler.experimental.start(logdir)
-    if self._window_start is None:
-      self._window_start = (step, time.time())
-
-  def train_loop_end(self):
-    """Adds `epoch` and, every `log_steps` steps, `examples_per_second`."""
-    logs = super().train_loop_end()
-    step = int(self.global_step.numpy())
-    if self._profiling and step >= min(self._profile_window[1],
-                                       self.config.trainer.train_steps):
-      tf.profiler.experimental.stop()
-      self._profiling = False
-      self._profile_window = None
+  def __call__(self, output) -> None:
+    del output
+    step = self._step()
+    if self._profiling and step >= self._last:
+      self._stop()
+      self._profiling, self._done = False, True
       logging.info("Profiling stopped after step %d.", step)
-    if self._steps_per_epoch:
-      logs["epoch"] = step / self._steps_per_epoch
-    start_step, start_time = self._window_start
-    steps = step - start_step
-    if steps >= self._log_steps:
-      seconds = time.time() - start_time
-      examples_per_second = console.examples_per_second(
-          steps, seconds, self._global_batch)
-      logging.info("TimeHistory: %.2f seconds, %.2f examples/second between "
-                   "steps %d and %d", seconds, examples_per_second,
-                   start_step, step)
-      logs["examples_per_second"] = examples_per_second
-      self._window_start = None
-    return logs
+    next_end = step + self._steps_per_loop - step % self._steps_per_loop
+    self._maybe_start(step + 1, next_end)
 
-  def _loop_meets_profile_window(self, first_step: int, last_step: int
-                                 ) -> bool:
-    if self._profiling or self._profile_window is None:
-      return False
-    first, last = self._profile_window
-    return first_step <= last and last_step >= first
+  def _maybe_start(self, first_step: int, last_step: int) -> None:
+    if self._profiling or self._done:
+      return
+    if first_step <= self._last and last_step >= self._first:
+      logging.info("Profiling from step %d into %s.", first_step,
+                   self._logdir)
+      self._start(self._logdir)
+      self._profiling = True
+
+
+@tfm_ext.register_action("resnet_ctl_epoch", phase="train")
+def epoch(context: tfm_ext.ActionContext) -> Optional[Epoch]:
+  data = context.params.task.train_data
+  num_examples = getattr(data, "num_examples", 0)
+  if not (_reads_reference_fields(context) and num_examples
+          and data.global_batch_size):
+    return None
+  return Epoch(_step(context), num_examples // data.global_batch_size)
+
+
+@tfm_ext.register_action("resnet_ctl_time_history", phase="train")
+def time_history(context: tfm_ext.ActionContext) -> Optional[TimeHistory]:
+  if not _reads_reference_fields(context):
+    return None
+  return TimeHistory(_step(context),
+                     context.params.task.train_data.global_batch_size,
+                     context.params.trainer.log_steps)
+
+
+@tfm_ext.register_action("resnet_ctl_profile", phase="train")
+def profile(context: tfm_ext.ActionContext) -> Optional[Profile]:
+  trainer = context.params.trainer
+  window = parse_profile_steps(getattr(trainer, "profile_steps", ""))
+  if window is None:
+    return None
+  if not context.chief:  # Only the chief writes where a user looks.
+    return None
+  return Profile(_step(context), window,
+                 os.path.join(context.model_dir, "train"),
+                 trainer.steps_per_loop, trainer.train_steps)

@@ -1,7 +1,8 @@
 """A downstream project's registrations, as a repository built on tfm_ext has.
 
-Registers a trainer that records its hook calls, and an experiment whose
-model trains with two optimizers (the RankingTrainer case). The suite's
+Registers a trainer that records its hook calls, one that keeps a counter
+of its own in the checkpoint, and an experiment whose model trains with two
+optimizers (the RankingTrainer case). The suite's
 test doubles (failing, NaN, row-counting...) are in tests/doubles.py.
 """
 
@@ -49,6 +50,31 @@ class RecordingTrainer(tfm_ext.CustomTrainer):
     self.calls.append("train_loop_end")
     logs = super().train_loop_end()
     logs["downstream/loop_ends"] = float(self.calls.count("train_loop_end"))
+    return logs
+
+
+@tfm_ext.register_trainer("counting")
+class CountingTrainer(tfm_ext.CustomTrainer):
+  """Counts the examples it trained on, in a variable its checkpoints keep.
+
+  Public API only: its own state joins the checkpoint (`add_to_checkpoint`)
+  and its step wraps the whole replica step (`replica_step`).
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.examples = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                aggregation=tf.VariableAggregation.SUM)
+    self.add_to_checkpoint(examples=self.examples)
+
+  def replica_step(self, inputs):
+    images, _ = inputs
+    self.examples.assign_add(tf.shape(images, out_type=tf.int64)[0])
+    return super().replica_step(inputs)
+
+  def train_loop_end(self):
+    logs = super().train_loop_end()
+    logs["downstream/examples"] = self.examples.read_value()
     return logs
 
 

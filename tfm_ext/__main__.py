@@ -1,0 +1,5 @@
+"""`python -m tfm_ext`: the launcher, as `tfm-ext-train` runs it."""
+
+from tfm_ext import cli
+
+cli.main()

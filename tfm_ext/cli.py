@@ -1,0 +1,16 @@
+"""`tfm-ext-train`: the launcher with its flags (`tfm_ext.launcher`).
+
+    tfm-ext-train --experiment=digits_convnet --mode=train_and_eval \
+        --model_dir=/tmp/digits
+    tfm-ext-train --registry=my_project.registry_imports --experiment=mine ...
+"""
+
+
+def main() -> None:
+  """Runs the launcher; its import quiets TensorFlow's start-up first."""
+  # A signal while TensorFlow loads: exit 42, nothing to save yet.
+  from tfm_ext import _startup_signals  # pylint: disable=g-import-not-at-top
+  _startup_signals.install()
+  from absl import app  # pylint: disable=g-import-not-at-top
+  import tfm_ext.launcher  # pylint: disable=g-import-not-at-top
+  app.run(tfm_ext.launcher.main)
