@@ -51,6 +51,7 @@ import tensorflow as tf
 from benchmarks import _common
 from benchmarks import checkpoint_cost
 from tfm_ext import custom_trainer
+from tfm_ext import devices
 from tfm_ext import strategies
 from tfm_ext import summaries
 from tfm_ext import trainers
@@ -129,7 +130,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
 
     return write
 
-  traced_reads = trainer._traced_read_train_logs()  # pylint: disable=protected-access
+  traced_reads = devices.traced_or_eager(trainer.read_train_logs)
   no_steps = tf.constant(0)
   out = {
       "sizes": sizes,

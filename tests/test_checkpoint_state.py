@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import REPO, TRAIN, Result, _command
 from tfm_ext import checkpoint_state
 from tfm_ext import continuous_eval
+from tfm_ext import eval_claims
 from tfm_ext.errors import UsageError
 
 STEPS = (10, 20, 30)
@@ -163,14 +164,14 @@ def test_a_damaged_state_file_without_checkpoints_is_refused(tmp_path):
 
 def test_racing_evaluators_win_each_claim_once(monkeypatch):
   # Still far longer than a claim's read-to-write gap in one process.
-  monkeypatch.setattr(continuous_eval, "CLAIM_SETTLE_SECONDS", 0.3)
+  monkeypatch.setattr(eval_claims, "CLAIM_SETTLE_SECONDS", 0.3)
   model_dir = f"ram://{uuid.uuid4().hex}"
   names = [f"{model_dir}/ckpt-{step}" for step in range(10, 60, 10)]
   won = {name: [] for name in names}
   start = threading.Barrier(2)
 
   def evaluator(owner):
-    claims = continuous_eval.Claims(model_dir, owner=owner)
+    claims = eval_claims.Claims(model_dir, owner=owner)
     for name in names:
       start.wait()  # Both read the claim before either writes one.
       if claims.acquire(name):
@@ -199,16 +200,16 @@ def test_a_claim_no_longer_renewed_is_taken_over_a_renewed_one_is_not(
   model_dir = f"ram://{uuid.uuid4().hex}"
   path = f"{model_dir}/ckpt-10"
   clock = Clock()
-  first = continuous_eval.Claims(model_dir, owner="a", clock=clock,
+  first = eval_claims.Claims(model_dir, owner="a", clock=clock,
                                  sleep=clock.sleep)
-  second = continuous_eval.Claims(model_dir, owner="b", clock=clock,
+  second = eval_claims.Claims(model_dir, owner="b", clock=clock,
                                   sleep=clock.sleep)
   assert first.acquire(path)
   assert not second.acquire(path)
-  clock.now += continuous_eval.STALE_CLAIM_SECONDS - 1
+  clock.now += eval_claims.STALE_CLAIM_SECONDS - 1
   first._write("ckpt-10", renewals=1)  # pylint: disable=protected-access
   assert not second.acquire(path)  # Renewed: seen anew.
-  clock.now += continuous_eval.STALE_CLAIM_SECONDS + 1
+  clock.now += eval_claims.STALE_CLAIM_SECONDS + 1
   with caplog.at_level(std_logging.WARNING):
     assert second.acquire(path)
   assert ("Taking over the claim on ckpt-10 of evaluator a: not renewed for "
@@ -217,13 +218,13 @@ def test_a_claim_no_longer_renewed_is_taken_over_a_renewed_one_is_not(
 
 
 def test_a_claim_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
-  dead = continuous_eval.Claims(str(tmp_path), owner="gone")
+  dead = eval_claims.Claims(str(tmp_path), owner="gone")
   dead._write("ckpt-10", renewals=0)  # pylint: disable=protected-access
-  claim = tmp_path / continuous_eval.CLAIMS / "ckpt-10.json"
+  claim = tmp_path / eval_claims.CLAIMS / "ckpt-10.json"
   claim.write_text(claim.read_text().replace(f'"pid": {os.getpid()}',
                                              '"pid": 999999999'))
   clock = Clock()
-  claims = continuous_eval.Claims(str(tmp_path), clock=clock,
+  claims = eval_claims.Claims(str(tmp_path), clock=clock,
                                   sleep=clock.sleep)
   assert claims.acquire(f"{tmp_path}/ckpt-10")
 
@@ -325,4 +326,4 @@ def test_two_evaluators_on_one_model_dir_evaluate_each_checkpoint_once(
   entries = continuous_eval.read_ledger(str(model_copy))
   assert [(e["global_step"], e["status"]) for e in entries] == [
       (s, "evaluated") for s in STEPS]
-  assert not os.listdir(model_copy / continuous_eval.CLAIMS)  # All released.
+  assert not os.listdir(model_copy / eval_claims.CLAIMS)  # All released.

@@ -260,7 +260,8 @@ def test_a_damaged_best_checkpoint_manifest_is_rebuilt_from_info_json(
   else:
     assert exporter.kept == []
   # The documented repair: the manifest is whole again, naming what is kept;
-  # the other checkpoints are gone; nothing outside best_ckpt/ changed.
+  # the other checkpoints are kept in unranked/; nothing outside best_ckpt/
+  # changed.
   with open(os.path.join(model_dir, MANIFEST)) as f:
     assert [e["path"] for e in json.load(f)["checkpoints"]] == (
         [best["path"]] if kept else [])
@@ -268,7 +269,12 @@ def test_a_damaged_best_checkpoint_manifest_is_rebuilt_from_info_json(
   assert {n.split(".")[0] for n in left if n.startswith("best_ckpt-")} == (
       {best["path"]} if kept else set())
   assert left <= others | {"best_checkpoints.json", "info.json",
-                           "checkpoint"}
+                           "checkpoint", "unranked"}
+  unranked_dir = os.path.join(model_dir, "best_ckpt", "unranked")
+  unranked = (set(os.listdir(unranked_dir)) if os.path.isdir(unranked_dir)
+              else set())
+  assert unranked | {n for n in left if n.startswith("best_ckpt-")} == {
+      n for n in others if n.startswith("best_ckpt-")}
   assert snapshot(model_dir, skip="best_ckpt") == before
   # And it reads back without a word.
   caplog.clear()

@@ -18,7 +18,8 @@ only; `repair` (run at construction) deletes what the manifest does not name
 and drops entries whose files are gone. A damaged manifest (not JSON, not
 ours) is rebuilt with one warning from what TFM's `info.json` and the state
 file record: the best checkpoint is kept, the others, whose values only the
-manifest held, are removed. Every file goes through
+manifest held, are moved to `unranked/` (kept, out of the ranking). Every
+file goes through
 `tf.io.gfile`, so `model_dir` may be a bucket.
 """
 
@@ -40,6 +41,8 @@ from tfm_ext import _files
 MANIFEST = "best_checkpoints.json"
 INFO = "info.json"  # TFM's record of the best checkpoint.
 PREFIX = "best_ckpt"
+# Where a rebuilt manifest puts the checkpoints it can no longer rank.
+UNRANKED = "unranked"
 
 
 def maybe_create(params: config_definitions.ExperimentConfig,
@@ -157,15 +160,23 @@ class TopKCheckpointExporter:
                 if tf.io.gfile.exists(os.path.join(self._dir, e["path"])
                                       + ".index")]
     named = {e["path"] for e in complete}
-    removed = []
+    removed, moved = [], []
     for name in sorted(tf.io.gfile.listdir(self._dir)):
       name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
       stem = name.split(".")[0]
       orphan = stem.startswith(PREFIX) and stem not in named
       # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
-      if orphan or ".tmp" in name or "_temp" in name:
+      temp = ".tmp" in name or "_temp" in name
+      target = os.path.join(self._dir, name)
+      if orphan and self._damage and not temp:
+        # A complete checkpoint whose value only the damaged manifest held:
+        # out of the ranking, but kept.
+        tf.io.gfile.makedirs(os.path.join(self._dir, UNRANKED))
+        tf.io.gfile.rename(target, os.path.join(self._dir, UNRANKED, name),
+                           overwrite=True)
+        moved.append(name)
+      elif orphan or temp:
         removed.append(name)
-        target = os.path.join(self._dir, name)
         if tf.io.gfile.isdir(target):
           tf.io.gfile.rmtree(target)
         else:
@@ -175,8 +186,8 @@ class TopKCheckpointExporter:
               if complete else "keeps no checkpoint")
       logging.warning(
           "%s. Rebuilt from %s and the state file: it %s%s.", self._damage,
-          INFO, kept, f"; removed {', '.join(removed)}, whose values only "
-          "the manifest held" if removed else "")
+          INFO, kept, f"; moved {', '.join(moved)}, whose values only the "
+          f"manifest held, to {UNRANKED}/" if moved else "")
     elif removed:
       logging.warning("Removed %s: not in the best-checkpoint manifest (left "
                       "by an interrupted export).", ", ".join(removed))

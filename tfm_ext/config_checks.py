@@ -28,13 +28,10 @@ negative `recovery_max_trials` turns the loss check off, and null stays
 "unset" for any field without a rule here.
 """
 
-import collections.abc
 import dataclasses
 import difflib
 import functools
-import types
-import typing
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, List
 
 from absl import logging
 import tensorflow as tf
@@ -43,10 +40,9 @@ from official.core import base_task
 from official.core import base_trainer
 from official.core import config_definitions
 from official.core import task_factory
-from official.modeling import hyperparams
 
+from tfm_ext import _config_types
 from tfm_ext import custom_trainer
-from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
 # The name base_trainer gives its validation loss metric, logged by every
@@ -81,7 +77,7 @@ class Use:
   def checks_loss(self) -> bool:
     """Whether TFM's loss check (its `RecoveryCondition`) runs in training."""
     trials = self.params.trainer.recovery_max_trials
-    return self.trains and _integer(trials) and trials >= 0
+    return self.trains and _config_types.integer(trials) and trials >= 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +89,8 @@ class Rule:
   accepted: str  # Completes "give ...".
 
 
-def _integer(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _at_least(minimum: int, or_null: bool = False) -> Callable[[Any], bool]:
-  return lambda v: (or_null and v is None) or (_integer(v) and v >= minimum)
+  return lambda v: (or_null and v is None) or (_config_types.integer(v) and v >= minimum)
 
 
 def _mixed_precision(value) -> bool:
@@ -146,7 +134,7 @@ RULES = (
          "a positive whole number of steps, or 0 to evaluate only after "
          "training"),
     Rule("trainer.validation_steps", _evaluates,
-         lambda v: _integer(v) and (v > 0 or v == -1),
+         lambda v: _config_types.integer(v) and (v > 0 or v == -1),
          "a positive whole number of steps, or -1 for the whole validation "
          "set"),
     # An evaluator's checkpoint manager takes it too.
@@ -162,15 +150,15 @@ RULES = (
          "trainer.best_checkpoint_eval_metric are better)"),
     Rule("trainer.best_checkpoint_top_k", lambda use: use.exports_best,
          _at_least(1), "a positive number of best checkpoints to keep"),
-    Rule("trainer.recovery_max_trials", _trains, _integer,
+    Rule("trainer.recovery_max_trials", _trains, _config_types.integer,
          "a whole number: how often to go back to the last checkpoint after "
          "a NaN loss or one over trainer.loss_upper_bound (0: fail at once; "
          "negative: no loss check)"),
-    Rule("trainer.loss_upper_bound", lambda use: use.checks_loss, _number,
+    Rule("trainer.loss_upper_bound", lambda use: use.checks_loss, _config_types.number,
          "a number (the loss above which trainer.recovery_max_trials "
          "applies)"),
     Rule("trainer.recovery_begin_steps", lambda use: use.checks_loss,
-         _integer, "a whole number of steps"),
+         _config_types.integer, "a whole number of steps"),
     Rule("runtime.mixed_precision_dtype", _always, _mixed_precision,
          "float16, bfloat16 or float32 (TFM sets the policy mixed_float16, "
          "mixed_bfloat16 or float32 from it), or null for none"),
@@ -189,7 +177,7 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
     value = _get(params, rule.field)
     if (value is not _MISSING and rule.applies(use)
         and not rule.accepts(value)):
-      raise UsageError(f"{rule.field}={show(value)}: give {rule.accepted}.")
+      raise UsageError(f"{rule.field}={_config_types.show(value)}: give {rule.accepted}.")
   trainer = params.trainer
   if trains and trainer.summary_interval is not None and (
       trainer.summary_interval % trainer.steps_per_loop):
@@ -201,12 +189,13 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
         f"a multiple of {trainer.steps_per_loop} (Orbit's Controller "
         "requires one), or null for no summaries inside loops.")
   for section in ("trainer", "runtime"):
-    _check_types(getattr(params, section), section)
+    _config_types.check(getattr(params, section), section,
+                        skip=CHECKED_ELSEWHERE)
   if trains and not trainer.checkpoint_interval:
     logging.warning(
         "trainer.checkpoint_interval=%s: this run saves no checkpoint, so "
         "what it trains is lost when it ends; give a positive number of "
-        "steps to keep it.", show(trainer.checkpoint_interval))
+        "steps to keep it.", _config_types.show(trainer.checkpoint_interval))
 
 
 def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
@@ -251,15 +240,6 @@ def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
       "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint.")
 
 
-def show(value) -> str:
-  """`value` as a user would write it in YAML ('abc' quoted: a string)."""
-  if value is None:
-    return "null"
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  return repr(value) if isinstance(value, str) else str(value)
-
-
 def _get(params, field: str):
   return functools.reduce(lambda obj, name: getattr(obj, name, _MISSING),
                           field.split("."), params)
@@ -288,79 +268,3 @@ def _built(build: Callable[[], Any]) -> Any:
 
 def _names(metrics) -> List[str]:
   return [metric.name for metric in metrics]
-
-
-# -- Types ------------------------------------------------------------------
-
-_TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",
-               str: "a string"}
-_SEQUENCES = (list, tuple, collections.abc.Sequence)
-
-
-def _check_types(config: hyperparams.Config, prefix: str) -> None:
-  """Refuses a value of `config` (recursively) that its annotation does not.
-
-  Fields tfm_ext adds to TFM's configs without annotations
-  (`params_file.added_defaults()`) are held to the type of their default. None
-  passes: it is TFM's "unset", and the rules above refuse it where it
-  cannot run.
-  """
-  hints = _hints(type(config), prefix.split(".")[0])
-  for name in config.as_dict():
-    field, value = f"{prefix}.{name}", getattr(config, name)
-    if field in CHECKED_ELSEWHERE:
-      continue
-    if isinstance(value, hyperparams.Config):
-      _check_types(value, field)
-    elif not _accepts(hints.get(name), value):
-      raise UsageError(
-          f"{field}={show(value)}: give {_describe(hints[name])}.")
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(config_cls: type, section: str) -> Dict[str, Any]:
-  added = params_file.added_defaults().get(section, {})
-  hints = {name: type(default) for name, default in added.items()
-           if default is not None}
-  try:
-    hints.update(typing.get_type_hints(config_cls))
-  except Exception:  # pylint: disable=broad-except
-    # An annotation that does not resolve outside its module: unchecked.
-    pass
-  return hints
-
-
-def _accepts(hint, value) -> bool:
-  if value is None or hint is None or hint is typing.Any:
-    return True
-  origin = typing.get_origin(hint)
-  if origin in (typing.Union, types.UnionType):
-    return any(_accepts(arg, value) for arg in typing.get_args(hint)
-               if arg is not type(None))
-  if origin in _SEQUENCES:
-    args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-    if len(args) != 1:
-      return isinstance(value, (list, tuple))
-    if not isinstance(value, (list, tuple)):
-      # TFM's own configs give one value for a list now and then (ViT's
-      # include_in_weight_decay regex), and run.
-      return _accepts(args[0], value)
-    return all(_accepts(args[0], v) for v in value)
-  if hint is bool:
-    return isinstance(value, bool)
-  if hint is int:
-    return _integer(value)
-  if hint is float:
-    return _number(value)
-  if hint is str:
-    return isinstance(value, str)
-  return True  # A sub-config (walked on its own), a dict, another class.
-
-
-def _describe(hint) -> str:
-  if typing.get_origin(hint) in (typing.Union, types.UnionType):
-    return " or ".join(_describe(arg) for arg in typing.get_args(hint)
-                       if arg is not type(None))
-  if typing.get_origin(hint) in _SEQUENCES:
-    return "a list"
-  return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))

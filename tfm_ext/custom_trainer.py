@@ -103,41 +103,22 @@ class CustomTrainer(base_trainer.Trainer):
     self._read_train_logs = self.read_train_logs  # Traced later.
     self.eval_ticker = console.EvalTicker(total=config.trainer.validation_steps)
     self._loop_ends = 0
-    self._task_train_step = task.train_step
-    self._run_replicas = self._run_replicas_eagerly_or_traced
-    self._build_xla_step(config.runtime)
-
-  def _build_xla_step(self, runtime):
-    """Compiles the task step, or the whole replicated step, with XLA."""
-    local = devices.local_devices(self.strategy)
-    where = devices.xla_scope(runtime, local)
-    if runtime.enable_xla and where is None:
-      logging.info("runtime.enable_xla compiles nothing on %s, as in TFM "
-                   "(XLA with GPUs only); runtime.xla_on_cpu=true compiles "
-                   "the step on a CPU.", list(local))
-    if where == "task_step":
-      self._task_train_step = tf.function(self.task.train_step,
-                                          jit_compile=True)
-    elif where == "replicated_step":
-      self._run_replicas = tf.function(self._run_replicas_eagerly_or_traced,
-                                       jit_compile=True)
+    self._task_train_step, self._run_replicas = devices.xla_compiled(
+        config.runtime, devices.local_devices(self.strategy),
+        task_step=task.train_step,
+        replicated_step=self._run_replicas_eagerly_or_traced)
 
   def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
     """TFM's `distribute_dataset`, the datasets given `input_threads`."""
-    threads = self.input_threads
     if isinstance(dataset_or_fn, tf.data.Dataset):
       return super().distribute_dataset(
-          inputs.with_input_threads(dataset_or_fn, threads), *args, **kwargs)
-    takes_context = inputs.takes_input_context(dataset_or_fn)
+          inputs.with_input_threads(dataset_or_fn, self.input_threads),
+          *args, **kwargs)
     input_options = kwargs.pop("input_options", None)  # Orbit's, not the fn's.
-
-    def dataset_fn(input_context=None):  # Orbit passes it by this name.
-      fn_kwargs = dict(kwargs, input_context=input_context) if (
-          takes_context) else kwargs
-      return inputs.with_input_threads(dataset_or_fn(*args, **fn_kwargs),
-                                       threads)
-
-    return super().distribute_dataset(dataset_fn, input_options=input_options)
+    return super().distribute_dataset(
+        inputs.threaded_dataset_fn(dataset_or_fn, self.input_threads,
+                                   *args, **kwargs),
+        input_options=input_options)
 
   # -- Training hooks -------------------------------------------------------
 
@@ -218,24 +199,10 @@ class CustomTrainer(base_trainer.Trainer):
     """
     self.join()
     self._loop_ends += 1
-    if self._loop_ends == 2:
-      self._read_train_logs = self._traced_read_train_logs()
+    if self._loop_ends == 2 and not self._coordinator:
+      # A parameter server's coordinator stays eager.
+      self._read_train_logs = devices.traced_or_eager(self.read_train_logs)
     return self._read_train_logs()
-
-  def _traced_read_train_logs(self):
-    """`read_train_logs` as a graph, or as it is if it cannot be traced."""
-    if self._coordinator:  # A parameter server's coordinator stays eager.
-      return self.read_train_logs
-    read = tf.function(self.read_train_logs, autograph=False)
-    try:
-      read.get_concrete_function()  # Traces; runs nothing.
-    except Exception as e:  # pylint: disable=broad-except
-      # Python logic on tensor values, say: eager still runs it, and a real
-      # bug raises there with its own traceback.
-      logging.warning("read_train_logs cannot be traced (%s: %s); it runs "
-                      "eagerly.", type(e).__name__, e)
-      return self.read_train_logs
-    return read
 
   def read_train_logs(self) -> Logs:
     """Returns the training metrics and learning rates; resets the metrics.

@@ -1,8 +1,13 @@
-"""Where a run's replicas live, how many cores it may use, what XLA compiles."""
+"""Where a run's replicas live, how many cores it may use, what compiles.
+
+What XLA compiles (`xla_scope`, `xla_compiled`) and what runs as a graph
+(`traced_or_eager`).
+"""
 
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
+from absl import logging
 import tensorflow as tf
 
 
@@ -49,3 +54,37 @@ def xla_unsupported_message(devices: Sequence[str]) -> str:
           f"{len(devices)} non-GPU devices {list(devices)}: TensorFlow "
           "compiles replica synchronization only on GPUs. Use one device or "
           "set runtime.xla_on_cpu=false.")
+
+
+def xla_compiled(runtime, devices: Sequence[str], *, task_step: Callable,
+                 replicated_step: Callable) -> Tuple[Callable, Callable]:
+  """`(task_step, replicated_step)`, the one XLA compiles here jit-compiled.
+
+  Which one, if any, is `xla_scope`'s answer for `runtime` on `devices`.
+  """
+  where = xla_scope(runtime, devices)
+  if runtime.enable_xla and where is None:
+    logging.info("runtime.enable_xla compiles nothing on %s, as in TFM (XLA "
+                 "with GPUs only); runtime.xla_on_cpu=true compiles the step "
+                 "on a CPU.", list(devices))
+  if where == "task_step":
+    task_step = tf.function(task_step, jit_compile=True)
+  elif where == "replicated_step":
+    replicated_step = tf.function(replicated_step, jit_compile=True)
+  return task_step, replicated_step
+
+
+def traced_or_eager(fn: Callable) -> Callable:
+  """`fn` as a `tf.function`, or as it is if it cannot be traced.
+
+  Python logic on tensor values, say: eager still runs it, and a real bug
+  raises there with its own traceback. Tracing runs nothing.
+  """
+  traced = tf.function(fn, autograph=False)
+  try:
+    traced.get_concrete_function()
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning("%s cannot be traced (%s: %s); it runs eagerly.",
+                    getattr(fn, "__name__", fn), type(e).__name__, e)
+    return fn
+  return traced

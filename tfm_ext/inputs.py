@@ -39,6 +39,22 @@ def takes_input_context(dataset_fn) -> bool:
   return "input_context" in inspect.signature(dataset_fn).parameters
 
 
+def threaded_dataset_fn(dataset_fn, threads: int, *args, **kwargs):
+  """A dataset function for Orbit: `dataset_fn`'s, given `threads`.
+
+  Orbit calls it with `input_context`, which reaches `dataset_fn` only if it
+  takes one (`takes_input_context`), as Orbit's own wrapper does.
+  """
+  takes_context = takes_input_context(dataset_fn)
+
+  def fn(input_context=None):  # Orbit passes it by this name.
+    fn_kwargs = (dict(kwargs, input_context=input_context) if takes_context
+                 else kwargs)
+    return with_input_threads(dataset_fn(*args, **fn_kwargs), threads)
+
+  return fn
+
+
 def host_pipeline(task, data_config, strategy: tf.distribute.Strategy,
                   threads: int):
   """`(dataset, iterator)` of this worker's host pipeline, or `(None, None)`.
