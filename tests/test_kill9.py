@@ -12,8 +12,8 @@ import tensorflow as tf
 from conftest import numeric_tensors
 from tfm_ext import best_checkpoint
 
-TRIALS = 6
-STEPS = 1200
+TRIALS = 4
+STEPS = 800
 # Checkpoints every 10-step loop and an evaluation (so a best-checkpoint
 # export) every 50 steps: most of the run is spent near a write.
 ARGS = ("--experiment=digits_convnet", "--mode=train_and_eval",
@@ -43,7 +43,7 @@ def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
   rng = random.Random(int(time.time()))
   model_dir = str(tmp_path / "m")
   kills = []
-  deadline = time.monotonic() + 150
+  deadline = time.monotonic() + 100
   for _ in range(TRIALS):
     if time.monotonic() > deadline:
       break
