@@ -130,8 +130,8 @@ class TrainProgress:
 
     Steps and seconds are averaged separately (exponentially, weight
     `SMOOTHING` on the latest loop), so a loop that also saved a checkpoint
-    or evaluated moves the figure by a fraction, not by the 100x between a
-    small model's plain loop and that one.
+    or evaluated moves the figure by a fraction, not by the whole gap
+    between a small model's plain loop and that one.
     """
     if steps <= 0 or seconds <= 0:
       return None
