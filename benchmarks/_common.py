@@ -6,6 +6,7 @@ what it prints is timestamped here, as it arrives.
 """
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -20,6 +21,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TensorFlow's C++ INFO lines would bury what a child prints.
 CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": REPO}
+# Each condition: how many cores other processes keep busy while a run
+# measures. Training hosts are shared (other jobs, data loaders, an
+# evaluator beside the trainer); a default is kept only if it wins or ties
+# in both.
+CONDITIONS = {"idle": 0, "loaded": max(1, (os.cpu_count() or 2) // 2)}
 
 
 class ChildFailed(RuntimeError):
@@ -120,6 +126,25 @@ def wait_for_quiet(min_cores: float, max_wait: float = 10.0) -> float:
   return cores
 
 
+@contextlib.contextmanager
+def busy_cores(count: int):
+  """Keeps `count` cores busy while the block runs: a neighbour's job.
+
+  Each is a separate process spinning a plain Python loop, outside the
+  measured run, as another job on a shared training host would be.
+  """
+  spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+              for _ in range(count)]
+  try:
+    if spinners:
+      time.sleep(0.5)  # Let them reach their loops.
+    yield
+  finally:
+    for spinner in spinners:
+      spinner.kill()
+      spinner.wait()
+
+
 def median(values: Sequence[Optional[float]]) -> Optional[float]:
   """The median of the values that are not None; None if there are none."""
   present = [v for v in values if v is not None]
@@ -160,17 +185,24 @@ def script(name: str) -> str:
 
 
 def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
-               sizes: Dict[str, Any], quick_sizes: Dict[str, Any],
+               sizes: Dict[str, Any], smoke_sizes: Dict[str, Any],
                argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-  """`main` of a benchmark that `measure`s at `sizes` (`--quick`: smaller).
+  """`main` of a benchmark that `measure`s at `sizes` (`--smoke`: smaller).
 
-  Writes the results as JSON to `--out` if given, and returns them.
+  With `--busy=N`, N cores spin in other processes while it measures (the
+  loaded condition). Writes the results as JSON to `--out` if given, and
+  returns them.
   """
   parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-  parser.add_argument("--quick", action="store_true", help="A smoke run.")
+  parser.add_argument("--smoke", action="store_true",
+                      help="Tiny sizes: checks that it runs.")
+  parser.add_argument("--busy", type=int, default=0,
+                      help="Cores kept busy by other processes meanwhile.")
   parser.add_argument("--out", help="Write the results as JSON here.")
   args = parser.parse_args(argv)
-  results = measure(quick_sizes if args.quick else sizes)
+  with busy_cores(args.busy):
+    results = measure(smoke_sizes if args.smoke else sizes)
+  results["busy_cores"] = args.busy
   if args.out:
     write_json(args.out, results)
   return results
@@ -211,4 +243,24 @@ def machine() -> Dict[str, Any]:
       "uncommitted_changes": bool(git("status", "--porcelain",
                                       "--untracked-files=no")),
       "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+      "bf16": cpu_bf16(),
   }
+
+
+def cpu_bf16() -> Dict[str, bool]:
+  """Which of the x86 bfloat16 instruction sets this CPU has.
+
+  `avx512_bf16` converts and multiplies bfloat16 in vectors; `amx_bf16`
+  multiplies bfloat16 tiles. Without either, TensorFlow runs bfloat16
+  through float32 and conversions: slower than float32.
+  """
+  flags = set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          flags = set(line.split(":", 1)[1].split())
+          break
+  except OSError:
+    pass
+  return {flag: flag in flags for flag in ("avx512_bf16", "amx_bf16")}

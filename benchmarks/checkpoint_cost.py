@@ -1,6 +1,6 @@
 """Checkpoint cost: size and save time, with and without the input iterator.
 
-    python benchmarks/checkpoint_cost.py [--quick] [--out=FILE]
+    python benchmarks/checkpoint_cost.py [--smoke] [--busy=N] [--out=FILE]
 
 digits_convnet: trainers built as `tfm_ext.driver` builds them (the
 launcher's config, its strategy, `train_utils.create_trainer` with the
@@ -48,7 +48,7 @@ from tfm_ext import trainers
 
 SIZES = {"saves": 7, "shuffle_buffers": [16, 128, 1024], "batch_size": 32,
          "iterator_saves": 3}
-QUICK_SIZES = {"saves": 2, "shuffle_buffers": [16, 128], "batch_size": 8,
+SMOKE_SIZES = {"saves": 2, "shuffle_buffers": [16, 128], "batch_size": 8,
                "iterator_saves": 1}
 RESNET_OVERRIDE = ("task.train_data.use_synthetic_data=true,"
                    "task.validation_data.use_synthetic_data=true")
@@ -237,7 +237,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
 
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark; see the module docstring."""
-  return _common.sized_main(__doc__, measure, SIZES, QUICK_SIZES, argv)
+  return _common.sized_main(__doc__, measure, SIZES, SMOKE_SIZES, argv)
 
 
 if __name__ == "__main__":

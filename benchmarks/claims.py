@@ -109,7 +109,7 @@ def targets(results: Results) -> List[Claim]:
   for workload, loops in results["training_loops"].items():
     if loops["config"].get("targets", True):
       claims += _loop_targets(workload, loops["variants"])
-  for split in ("train", "eval"):
+  for split in ("train", "eval") if "input_pipelines" in results else ():
     data = results["input_pipelines"][split]
     ips = data["images_per_second"]
     ratio, spread = over(pipeline_figure(data, "ours"),
@@ -181,6 +181,8 @@ def host_seconds(results: Results, name: str) -> float:
 def _loop_length(results: Results) -> List[Claim]:
   """`steps_per_loop`: the host work a loop, paid once per loop."""
   loops = results["training_loops"]
+  if PER_STEP not in loops or DIGITS not in loops:
+    return []
   digits, per_step = loops[DIGITS], loops[PER_STEP]["variants"]
   variants = digits["variants"]
   batch = digits["config"]["global_batch_size"]
@@ -292,6 +294,8 @@ def _xla_off(results: Results) -> List[Claim]:
 
 def _input_pipelines(results: Results) -> List[Claim]:
   """The ResNet pipelines' parallelism, and autotuning off, per split."""
+  if "input_pipelines" not in results:
+    return []
   claims = []
   for default, alternative in (("parallel-map", "ours_one_thread"),
                                ("no-autotune", "ours_autotune_on")):
@@ -323,6 +327,8 @@ def _input_pipelines(results: Results) -> List[Claim]:
 
 def _checkpoints(results: Results) -> List[Claim]:
   """Synchronous saves, none after the first loop, and the input iterator."""
+  if "checkpoint_cost" not in results:
+    return []
   cost = results["checkpoint_cost"]
   digits, model = cost["digits_convnet"], cost["resnet50_model"]
   sync = digits["with_iterator"]["save_seconds"]
@@ -418,24 +424,31 @@ def _resnet_iterator(cost: Results) -> Claim:
 
 def _strategy_and_threads(results: Results) -> List[Claim]:
   """The private input pool and no one-replica mirror, against ablations."""
-  variants = results["training_loops"][DIGITS]["variants"]
+  variants = results["training_loops"].get(DIGITS, {}).get("variants", {})
+  if "ours" not in variants:
+    return []
   ours = variants["ours"]
   claims = []
-  if "ours_tf_data_pool" in variants:
-    pool = variants["ours_tf_data_pool"]
-    ratio, spread = over(figure(ours), figure(pool))
-    threads = ours["runs"][0].get("run_summary", {}).get("input_threads")
+  # The private pool against tf.data's, ours' default since it lost on a
+  # loaded machine; older results had it as ours' default.
+  pools = (("ours_private_pool", "ours") if "ours_private_pool" in variants
+           else ("ours", "ours_tf_data_pool")
+           if "ours_tf_data_pool" in variants else None)
+  if pools:
+    private, shared = (variants[name] for name in pools)
+    ratio, spread = over(figure(private), figure(shared))
     claims.append(Claim(
         anchor="default-input-pool",
-        name=("training on CPUs, the input gets a private tf.data pool of "
-              "half the cores (`runtime.dataset_num_private_threads` unset; "
-              "TFM ignores the field)"),
-        measured=(f"{figure(ours)[0]:.0f} ex/s vs {figure(pool)[0]:.0f} with "
-                  f"tf.data's own pool of one thread per core ({ratio:.3f}x; "
-                  f"tf.data's pool {1 / ratio - 1:+.1%})"
-                  + (f"; {threads} thread(s) here" if threads else "")),
-        why=("the model's ops use every core: tf.data's own pool makes the "
-             "input contend with them"),
+        name=("the input on tf.data's own pool, as in stock TFM "
+              "(`runtime.dataset_num_private_threads` unset); the ratio is "
+              "a private pool of half the cores over it: a default only if "
+              "it is met idle and loaded"
+              + ("" if pools[0] == "ours_private_pool" else
+                 " (in this run the private pool was ours' default)")),
+        measured=(f"{figure(private)[0]:.0f} ex/s with the private pool vs "
+                  f"{figure(shared)[0]:.0f} ({ratio:.3f}x)"),
+        why=("a private pool keeps the input off the model's cores on an "
+             "idle host, and starves it when other work holds a core"),
         ratio=ratio, floor=1.0, spread=spread))
   if "ours_one_replica_mirror" in variants:
     mirror = variants["ours_one_replica_mirror"]
@@ -492,11 +505,36 @@ def _collector(results: Results) -> List[Claim]:
   ]
 
 
+def _bfloat16(results: Results) -> List[Claim]:
+  """bfloat16 against float32 on ResNet50, with what this CPU has for it."""
+  variants = results["training_loops"].get(RESNET, {}).get("variants", {})
+  if "ours_bfloat16" not in variants:
+    return []
+  ours, bf16 = variants["ours"], variants["ours_bfloat16"]
+  ratio, spread = over(figure(bf16), figure(ours))
+  flags = results.get("machine", {}).get("bf16", {})
+  has = [flag for flag, present in flags.items() if present]
+  return [Claim(
+      anchor="default-float32-on-cpu",
+      name=("float32 by default; bfloat16 "
+            "(`runtime.mixed_precision_dtype=bfloat16`) where the CPU "
+            "multiplies it natively (ResNet50; the ratio is bfloat16 over "
+            "float32)"),
+      measured=(f"{_format.rate(figure(bf16)[0])} vs "
+                f"{_format.rate(figure(ours)[0])} ex/s; this CPU: "
+                + (", ".join(has) if has else
+                   "neither avx512_bf16 nor amx_bf16")),
+      why=("without AVX512-BF16 or AMX TensorFlow computes bfloat16 through "
+           "float32 and conversions; with them it does the math in bfloat16 "
+           "(the issue measured 1.75x on such a CPU)"),
+      ratio=ratio, spread=spread)]
+
+
 # Each returns its defaults' rows, or none where the results lack their
 # figures; `RESULTS.md` lists them in this order.
 DEFAULTS: Tuple[Callable[[Results], List[Claim]], ...] = (
     _loop_length, _loop_host_costs, _xla_off, _input_pipelines, _checkpoints,
-    _strategy_and_threads, _collector)
+    _strategy_and_threads, _bfloat16, _collector)
 
 
 def defaults(results: Results) -> List[Claim]:

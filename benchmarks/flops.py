@@ -1,6 +1,6 @@
 """ResNet50's achieved FLOP/s against this machine's measured fp32 matmul peak.
 
-    python benchmarks/flops.py [--quick] [--training_loops=FILE] [--out=FILE]
+    python benchmarks/flops.py [--smoke] [--training_loops=FILE] [--out=FILE]
 
 The peak: float32 `tf.linalg.matmul` of n x n matrices (2 n^3 FLOPs) in a
 `tf.function`, median of several calls per n after one warm-up call, the best
@@ -64,12 +64,12 @@ def achieved(training_loops: Dict[str, Any], step_flops_per_example: float,
   return out
 
 
-def measure(quick: bool, training_loops: Optional[Dict[str, Any]]
+def measure(smoke: bool, training_loops: Optional[Dict[str, Any]]
             ) -> Dict[str, Any]:
   """The peak, ResNet50's FLOPs, and achieved FLOP/s if runs are given."""
   start = time.perf_counter()
-  peak = matmul_peak((1024, 2048) if quick else (1024, 2048, 4096),
-                     3 if quick else 7)
+  peak = matmul_peak((1024, 2048) if smoke else (1024, 2048, 4096),
+                     3 if smoke else 7)
   forward = resnet50_forward_flops()
   out = {**peak, "resnet50_forward_flops_per_example": forward,
          "resnet50_training_step_flops_per_example":
@@ -90,7 +90,8 @@ def measure(quick: bool, training_loops: Optional[Dict[str, Any]]
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark; see the module docstring."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true", help="A smoke run.")
+  parser.add_argument("--smoke", action="store_true",
+                      help="Small sizes: checks that it runs.")
   parser.add_argument("--training_loops",
                       help="JSON written by training_loops.py --out.")
   parser.add_argument("--out", help="Write the results as JSON here.")
@@ -98,8 +99,8 @@ def main(argv=None) -> Dict[str, Any]:
   training_loops = None
   if args.training_loops:
     with open(args.training_loops) as f:
-      training_loops = json.load(f)
-  results = measure(args.quick, training_loops)
+      training_loops = json.load(f)["idle"]
+  results = measure(args.smoke, training_loops)
   if args.out:
     _common.write_json(args.out, results)
   return results

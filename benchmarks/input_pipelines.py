@@ -1,6 +1,6 @@
 """ResNet input pipelines: ours against the reference `input_fn`, images/s.
 
-    python benchmarks/input_pipelines.py [--quick] [--out=FILE]
+    python benchmarks/input_pipelines.py [--smoke] [--busy=N] [--out=FILE]
 
 On the same JPEG TFRecords (`_imagenet_records`) and batch size:
 
@@ -46,7 +46,7 @@ from experiments.imagenet import input_pipeline
 # between two runs of the same code.
 SIZES = {"copies": 128, "batch_size": 32, "warmup": 4, "batches": 40,
          "eval_epochs": 3, "passes": 11}
-QUICK_SIZES = {"copies": 8, "batch_size": 16, "warmup": 3, "batches": 4,
+SMOKE_SIZES = {"copies": 8, "batch_size": 16, "warmup": 3, "batches": 4,
                "eval_epochs": 1, "passes": 2}
 
 
@@ -128,7 +128,7 @@ def measure(sizes: Dict[str, int]) -> Dict[str, Any]:
 
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark; see the module docstring."""
-  return _common.sized_main(__doc__, measure, SIZES, QUICK_SIZES, argv)
+  return _common.sized_main(__doc__, measure, SIZES, SMOKE_SIZES, argv)
 
 
 if __name__ == "__main__":

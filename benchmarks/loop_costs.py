@@ -1,6 +1,6 @@
 """What a training loop costs besides the model, piece by piece.
 
-    python benchmarks/loop_costs.py [--quick] [--out=FILE]
+    python benchmarks/loop_costs.py [--smoke] [--busy=N] [--out=FILE]
 
 Between two loops of `steps_per_loop` steps the device waits while the host
 reads the loop's metrics, writes its summaries and reads the global step
@@ -58,7 +58,7 @@ from tfm_ext import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 SIZES = {"rounds": 9, "calls": 200, "step_rounds": 12, "loop_steps": 300}
-QUICK_SIZES = {"rounds": 2, "calls": 10, "step_rounds": 2, "loop_steps": 10}
+SMOKE_SIZES = {"rounds": 2, "calls": 10, "step_rounds": 2, "loop_steps": 10}
 LOOP_OUTPUTS = {"accuracy": np.float32(0.98), "training_loss": np.float32(0.05),
                 "learning_rate": np.float32(0.002),
                 "steps_per_second": 160.5}
@@ -164,7 +164,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
 
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark; see the module docstring."""
-  return _common.sized_main(__doc__, measure, SIZES, QUICK_SIZES, argv)
+  return _common.sized_main(__doc__, measure, SIZES, SMOKE_SIZES, argv)
 
 
 if __name__ == "__main__":

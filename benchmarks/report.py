@@ -9,7 +9,7 @@ The prose says how the figures were taken; the figures are in the tables.
 page again without measuring anything.
 """
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from benchmarks import _format
 from benchmarks import claims as claims_lib
@@ -36,12 +36,17 @@ def fields(pairs: Iterable[Tuple[str, Any]]) -> str:
   return table(("", ""), pairs)
 
 
-def _status(claim: claims_lib.Claim) -> str:
-  return {None: "", True: "met", False: "**missed**"}[claim.met]
+def _status(claim: claims_lib.Claim,
+            loaded: Optional[claims_lib.Claim]) -> str:
+  if claim.met is None:
+    return ""
+  if loaded is None or loaded.met is None:
+    return ("met" if claim.met else "**missed**") + " (idle only)"
+  return "met" if claim.met and loaded.met else "**missed**"
 
 
-def _spread(claim: claims_lib.Claim) -> str:
-  if not claim.spread:
+def _spread(claim: Optional[claims_lib.Claim]) -> str:
+  if claim is None or not claim.spread:
     return ""
   text = (f"{_format.ratio(min(claim.spread))} to "
           f"{_format.ratio(max(claim.spread))}")
@@ -51,15 +56,42 @@ def _spread(claim: claims_lib.Claim) -> str:
   return text
 
 
-def claims_table(claims: Iterable[claims_lib.Claim]) -> str:
-  """One row per claim, its anchor first: what docstrings link to."""
+def _ratio(claim: Optional[claims_lib.Claim]) -> str:
+  if claim is None:
+    return "not measured"
+  return "" if claim.ratio is None else _format.ratio(claim.ratio)
+
+
+def claims_table(claims: Iterable[claims_lib.Claim],
+                 loaded: Iterable[claims_lib.Claim] = (),
+                 anchor_prefix: Callable[[str], str] = lambda anchor: ""
+                 ) -> str:
+  """One row per claim, idle and loaded, its anchor first (what docstrings
+  link to); met when both conditions reach the floor."""
+  by_anchor = {c.anchor: c for c in loaded}
   return table(
-      ("claim", "ratio", "floor", "", "each repeat (or pass)", "measured",
-       "why"),
-      ((f'<a id="{c.anchor}"></a>{c.name}',
-        "" if c.ratio is None else _format.ratio(c.ratio),
-        "" if c.floor is None else c.floor, _status(c), _spread(c),
-        c.measured, c.why) for c in claims))
+      ("claim", "ratio idle", "ratio loaded", "floor", "",
+       "each repeat, idle", "each repeat, loaded", "measured (idle)", "why"),
+      ((f'<a id="{anchor_prefix(c.anchor)}{c.anchor}"></a>{c.name}',
+        _ratio(c), _ratio(by_anchor.get(c.anchor)),
+        "" if c.floor is None else c.floor,
+        _status(c, by_anchor.get(c.anchor)), _spread(c),
+        _spread(by_anchor.get(c.anchor)), c.measured, c.why)
+       for c in claims))
+
+
+def loaded_view(results: Results) -> Optional[Results]:
+  """`results` with each benchmark's loaded figures in place of its idle
+  ones; None if nothing was measured loaded."""
+  loaded = results.get("loaded")
+  return {**results, **loaded} if loaded else None
+
+
+def _claims(results: Results, rows: Callable[[Results], List[Any]]
+            ) -> Tuple[List[Any], List[Any]]:
+  """`rows` of the idle figures and of the loaded ones (if any)."""
+  loaded = loaded_view(results)
+  return rows(results), (rows(loaded) if loaded else [])
 
 
 def _runs(training_loops: Results) -> Iterable[Tuple[str, str, int, Results,
@@ -79,17 +111,43 @@ def slow_runs(training_loops: Results) -> List[str]:
           < SLOW_RUN * median["examples_per_second"]]
 
 
-def machine_section(results: Results) -> str:
+MODES = {
+    "full": "",
+    "quick": " (`--quick`: the headline comparisons)",
+    "smoke": " (`--smoke`: tiny sizes, one repeat)",
+}
+
+
+def _mode(results: Results) -> str:
+  # Results written before the quick mode had `quick` for the smoke run.
+  return results.get("mode") or ("smoke" if results.get("quick") else "full")
+
+
+def _conditions(results: Results) -> List[Tuple[str, Results]]:
+  """`(condition, training_loops)` of each condition measured."""
+  out = [("idle", results["training_loops"])]
+  loaded = (results.get("loaded") or {}).get("training_loops")
+  return out + ([("loaded", loaded)] if loaded else [])
+
+
+def machine_section(results: Results, title: str) -> str:
   """Where and on what code the figures were taken, and how quiet it was."""
   m = results["machine"]
+  conditions = _conditions(results)
   cores = [run["available_cores"]
-           for *_, run, _ in _runs(results["training_loops"])]
-  slow = slow_runs(results["training_loops"])
+           for _, loops in conditions for *_, run, _ in _runs(loops)]
+  slow = [run if condition == "idle" else f"{run}, {condition}"
+          for condition, loops in conditions for run in slow_runs(loops)]
   quiet = min(cores) >= QUIET_CORES * m["cores"] and not slow
+  bf16 = [flag for flag, present in m.get("bf16", {}).items() if present]
+  busy = (results.get("loaded") or {}).get("training_loops")
   return (
-      "## Machine and code\n\n"
+      f"{title}\n\n"
       + fields((
           ("CPU", m["cpu"]), ("cores", m["cores"]),
+          ("bfloat16 instructions", ", ".join(bf16) if bf16 else
+           "none (neither avx512_bf16 nor amx_bf16)" if "bf16" in m
+           else "not recorded"),
           ("memory", f"{m['memory_gib']} GiB"), ("Python", m["python"]),
           ("TensorFlow", m["tensorflow"]),
           ("tf-models-official", m["tf_models_official"]),
@@ -98,8 +156,11 @@ def machine_section(results: Results) -> str:
                                     if m["uncommitted_changes"] else "")),
           ("date", m["date"]),
           ("run time", f"{results['seconds'] / 60:.1f} min"
-           + (" (`--quick`: smoke-test sizes, one repeat)"
-              if results["quick"] else "")),
+           + MODES[_mode(results)]),
+          ("conditions", "idle, and loaded: "
+           f"{next(iter(busy.values()))['busy_cores']} of {m['cores']} cores "
+           "kept busy by other processes (a Python busy loop each) while "
+           "each run trained" if busy else "idle only"),
           ("cores free before each training run",
            f"{min(cores):.1f} to {max(cores):.1f}"),
           (f"training runs over {1 - SLOW_RUN:.0%} below their variant's "
@@ -108,38 +169,41 @@ def machine_section(results: Results) -> str:
           ("the machine", "quiet" if quiet else
            "**shared with other work during this run**: figures are low "
            "and noisy, ratios less so (variants are interleaved); re-run "
-           "`python benchmarks/run_all.py` on a quiet machine before "
-           "quoting absolute figures")))
+           "on a quiet machine before quoting absolute figures")))
       + "\nBefore each training run the benchmark waits (up to 10 s) for "
       "the machine to be quiet and records how many of its cores a busy "
-      "loop per core got (`cores free`). A run far below its variant's "
-      "median ran while the machine slowed down, which `cores free`, "
-      "measured before the run, does not catch.\n")
+      "loop per core got (`cores free`); loaded runs start their busy "
+      "loops after that. A run far below its variant's median ran while "
+      "the machine slowed down, which `cores free`, measured before the "
+      "run, does not catch.\n")
 
 
-def targets_section(results: Results) -> str:
+RATIOS = (
+    "`ratio` is of the medians, ours over the other (times: the other's "
+    "over ours), so above 1 favours ours; idle and loaded (other processes "
+    "kept half the cores busy) are measured in the same repeats, each run "
+    "idle then loaded. A row is met when its ratio reaches its floor in "
+    "both conditions. `each repeat` gives the ratios of the runs of one "
+    "repeat (or pass), which ran one after the other, and how many reach "
+    "the floor.")
+
+
+def targets_section(results: Results, prefix=lambda anchor: "") -> str:
   """The targets of issue 5, point 3, each met or missed."""
   pool = any("ours_tf_data_pool" in loops["variants"]
              for loops in results["training_loops"].values())
   return (
-      "## Targets (issue 5, point 3)\n\n"
-      "`ratio` is of the medians, ours over the other (times: the other's "
-      "over ours), so above 1 favours ours; a row is met when its ratio "
-      "reaches its floor. `each repeat` gives the ratios of the runs of one "
-      "repeat (or pass), which ran one after the other, and how many reach "
-      "the floor. `startup` is the time to first step less the "
-      "steady-state time of the further steps of a variant's first loop: "
-      "stock TFM and Keras show their first step only when a whole first "
-      "loop has run, ours after one step.\n"
-      + ("Trained on CPUs, ours gives its input a private tf.data pool "
-         "([its default](#default-input-pool)), which the other variants do "
-         "not have: `ours with tf.data's own pool` is ours without it, so "
-         "its ratio to the hand-written loop is the loop's overhead alone.\n"
-         if pool else "")
-      + "\n" + claims_table(claims_lib.targets(results)))
+      "## Targets (issue 5, point 3)\n\n" + RATIOS + " `startup` is the "
+      "time to first step less the steady-state time of the further steps "
+      "of a variant's first loop: stock TFM and Keras show their first step "
+      "only when a whole first loop has run, ours after one step.\n"
+      + ("In this run ours gave its input a private tf.data pool (its "
+         "default then), which the other variants do not have: `ours with "
+         "tf.data's own pool` is ours without it.\n" if pool else "")
+      + "\n" + claims_table(*_claims(results, claims_lib.targets), prefix))
 
 
-def defaults_section(results: Results) -> str:
+def defaults_section(results: Results, prefix=lambda anchor: "") -> str:
   """Each default of issue 5, point 4, with the figure that backs it."""
   return (
       "## Defaults and the figures behind them (issue 5, point 4)\n\n"
@@ -148,7 +212,26 @@ def defaults_section(results: Results) -> str:
       "(`RESULTS.md#default-input-pool`); `ratio` is the default over the "
       "alternative, above 1 in the default's favour, and a **missed** floor "
       "means this run's figure does not back the default.\n\n"
-      + claims_table(claims_lib.defaults(results)))
+      + claims_table(*_claims(results, claims_lib.defaults), prefix))
+
+
+def _repeats(results: Results) -> int:
+  return max(loops["repeats"] for loops in results["training_loops"].values())
+
+
+def headline_section(quick: Results) -> str:
+  """The quick mode's figures: the headline comparisons, idle and loaded."""
+  return (
+      machine_section(quick, "## Headline (`run_all.py --quick`)")
+      + "\nThe quick mode: ours against stock TFM, the hand-written loop and "
+      "Keras `Model.fit` on digits_convnet, ours against stock TFM on "
+      "ResNet50 (synthetic images), idle and loaded, "
+      f"{_repeats(quick)} repeats, windows of a few seconds: noisier than "
+      "the full run's. " + RATIOS + "\n\n"
+      + claims_table(*_claims(quick, claims_lib.targets))
+      + "\nThe defaults these runs measure:\n\n"
+      + claims_table(*_claims(quick, claims_lib.defaults))
+      + training_tables(quick))
 
 
 def _workload_row(workload: str, loops: Results) -> Sequence[Any]:
@@ -177,10 +260,42 @@ def _variant_row(name: str, variant: Results, loops: Results
                     for run in variant["runs"]))
 
 
+def training_tables(results: Results) -> str:
+  """The workloads, then per workload and condition every variant's
+  figures."""
+  conditions = _conditions(results)
+  parts = [table(("workload", "experiment", "global batch", "steps",
+                  "`steps_per_loop`", "examples/s over steps", "repeats",
+                  "overrides"),
+                 (_workload_row(w, l)
+                  for w, l in results["training_loops"].items()))]
+  for workload, figures in results["training_loops"].items():
+    parts.append(f"\n### {workload}\n\n")
+    if not figures["config"].get("targets", True):
+      parts.append(
+          "Not one of issue 5's comparisons: at one step per loop, what "
+          "each variant does between loops weighs most (ours and stock TFM "
+          "also write that loop's summaries). Host work a loop is its time "
+          "per step here less its time per step at many steps per loop "
+          "([`steps_per_loop`'s row](#default-steps-per-loop)).\n\n")
+    for condition, loops in conditions:
+      if workload not in loops:
+        continue
+      if len(conditions) > 1:
+        parts.append(f"{condition}:\n\n")
+      parts.append(table(
+          ("variant", "examples/s", "ours / variant", "first step (s)",
+           "first loop (steps)", "startup (s)", "peak RSS training (MiB)",
+           "peak RSS process (MiB)", "cores free", "examples/s of each run"),
+          (_variant_row(name, variant, loops[workload])
+           for name, variant in loops[workload]["variants"].items())))
+      parts.append("\n")
+  return "".join(parts)
+
+
 def training_section(results: Results) -> str:
-  """The workloads, then one table per workload: every variant's figures."""
-  loops = results["training_loops"]
-  parts = [
+  """How the training loops were timed, then their tables."""
+  return (
       "## Training loops (`training_loops.py`)\n\n"
       "Same model, data, global batch and steps for every variant; each run "
       "a fresh process, variants interleaved, medians of the repeats. "
@@ -193,26 +308,7 @@ def training_section(results: Results) -> str:
       "Checkpoints: stock TFM's `CheckpointManager` saves one after the "
       "first loop, before the timed steps; ours and stock TFM save one "
       "after the last step; nothing evaluates.\n\n"
-      + table(("workload", "experiment", "global batch", "steps",
-               "`steps_per_loop`", "examples/s over steps", "repeats",
-               "overrides"),
-              (_workload_row(w, l) for w, l in loops.items()))]
-  for workload, figures in loops.items():
-    parts.append(f"\n### {workload}\n\n")
-    if not figures["config"].get("targets", True):
-      parts.append(
-          "Not one of issue 5's comparisons: at one step per loop, what "
-          "each variant does between loops weighs most (ours and stock TFM "
-          "also write that loop's summaries). Host work a loop is its time "
-          "per step here less its time per step at many steps per loop "
-          "([`steps_per_loop`'s row](#default-steps-per-loop)).\n\n")
-    parts.append(table(
-        ("variant", "examples/s", "ours / variant", "first step (s)",
-         "first loop (steps)", "startup (s)", "peak RSS training (MiB)",
-         "peak RSS process (MiB)", "cores free", "examples/s of each run"),
-        (_variant_row(name, variant, figures)
-         for name, variant in figures["variants"].items())))
-  return "".join(parts)
+      + training_tables(results))
 
 
 def _pipeline_row(split: str, figures: Results) -> Sequence[Any]:
@@ -358,15 +454,32 @@ def gpu_section(gpu: Optional[Results]) -> str:
                           "note"), rows))
 
 
-def render(results: Results, gpu: Optional[Results] = None) -> str:
-  """The whole of `RESULTS.md`."""
+def render(full: Optional[Results], quick: Optional[Results] = None,
+           gpu: Optional[Results] = None) -> str:
+  """The whole of `RESULTS.md`: the quick mode's headline, the full run,
+  the GPU script's figures; each where there are results for it.
+
+  A claim in both the headline and the full run keeps its anchor in the
+  headline, the newer figures; the full run's row becomes `full-<anchor>`.
+  """
   sections = [
       "# Benchmark results\n\nWritten by `python benchmarks/run_all.py` "
       "(see `benchmarks/README.md`); do not edit by hand. The library "
       "links to the rows of its defaults by their anchors "
-      "(`#default-...`).\n",
-      machine_section(results), targets_section(results),
-      defaults_section(results), training_section(results),
-      pipelines_section(results), flops_section(results),
-      checkpoint_section(results), gpu_section(gpu)]
+      "(`#default-...`).\n"]
+  taken = set()
+  if quick:
+    sections.append(headline_section(quick))
+    taken = {claim.anchor for claim in claims_lib.targets(quick)
+             + claims_lib.defaults(quick)}
+  if full:
+
+    def prefix(anchor):
+      return "full-" if anchor in taken else ""
+    sections += [
+        machine_section(full, "## The full run: machine and code"),
+        targets_section(full, prefix), defaults_section(full, prefix),
+        training_section(full), pipelines_section(full),
+        flops_section(full), checkpoint_section(full)]
+  sections.append(gpu_section(gpu))
   return "\n".join(sections)

@@ -1,17 +1,26 @@
-"""Runs every benchmark; writes `results.json` and renders `RESULTS.md`.
+"""Runs the benchmarks; writes their results and renders `RESULTS.md`.
 
-    python benchmarks/run_all.py            # about 30 minutes on 2 CPU cores
-    python benchmarks/run_all.py --quick    # a smoke run, about 3 minutes
+    python benchmarks/run_all.py --quick    # the headline, at most 10 minutes
+    python benchmarks/run_all.py            # everything, for releases
+    python benchmarks/run_all.py --smoke    # tiny sizes: checks that it runs
 
-Runs, each in a process of its own: `training_loops.py` (which starts one
-process per measured run), `flops.py` (on the training loops' ResNet50
-figures), `input_pipelines.py`, `checkpoint_cost.py`, `loop_costs.py` and
-`startup.py`.
-The full run writes `benchmarks/results.json` and `benchmarks/RESULTS.md`;
-`--quick` writes them to a scratch directory unless `--out_dir` is given.
-`--render=FILE` only renders `RESULTS.md` again from a results JSON. A
-`gpu_results.json` beside the results (from `gpu_resnet50.py`) is rendered
-too.
+Every figure is taken in two conditions: `idle`, and `loaded`, with half
+the cores kept busy by other processes (`_common.CONDITIONS`): a training
+host is usually shared, and a default must win or tie in both.
+
+`--quick` runs `training_loops.py --headline`: ours against stock TFM, the
+hand-written loop and Keras and the input pool's default on
+digits_convnet, ours against stock TFM on ResNet50, idle and loaded, into
+`quick_results.json`. The figures of a change come from it unless the
+change needs the full run.
+
+The full run writes `results.json`: `training_loops.py` (which starts one
+process per measured run and interleaves the conditions), `flops.py` (on
+the training loops' ResNet50 figures, idle), then `input_pipelines.py`,
+`checkpoint_cost.py`, `loop_costs.py` and `startup.py`, each idle and then
+loaded. `--smoke` writes to a scratch directory unless `--out_dir` is given.
+`--render=DIR` only renders `DIR/RESULTS.md` again from the results there
+(`results.json`, `quick_results.json`, `gpu_results.json`, each if present).
 """
 
 import argparse
@@ -20,7 +29,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,68 +41,97 @@ from benchmarks import report
 # In order: flops reads the training loops' results.
 BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost",
               "loop_costs", "startup")
+# The files of each mode, and the extra JSON `--render` reads (GPU).
+FILES = {"full": "results.json", "quick": "quick_results.json",
+         "smoke": "results.json"}
+GPU_FILE = "gpu_results.json"
 
 
-def run(quick: bool, scratch: str) -> Dict[str, Any]:
-  """Runs each benchmark script; returns all results with the machine's."""
-  results = {"machine": _common.machine(), "quick": quick,
-             "available_cores_before": {}}
+def _run_one(name: str, argv, results, condition: str) -> None:
+  """Runs one benchmark script once the machine is quiet."""
+  results["available_cores_before"].setdefault(condition, {})[name] = (
+      _common.wait_for_quiet(0.85 * (os.cpu_count() or 1)))
+  print(f"== {name} ({condition})", flush=True)
+  _common.run_child([_common.python(), *argv], timeout=3600, echo=True)
+
+
+def run(mode: str, scratch: str) -> Dict[str, Any]:
+  """Runs the mode's benchmarks; returns their results, idle and `loaded`.
+  """
+  results = {"machine": _common.machine(), "mode": mode,
+             "available_cores_before": {}, "loaded": {}}
   start = time.time()
-  for name in BENCHMARKS:
+  for name in BENCHMARKS[:1] if mode == "quick" else BENCHMARKS:
     out = os.path.join(scratch, f"{name}.json")
-    argv = [_common.python(), _common.script(f"{name}.py"), f"--out={out}"]
-    if quick:
-      argv.append("--quick")
+    argv = [_common.script(f"{name}.py"), f"--out={out}"]
+    if mode == "quick":
+      argv.append("--headline")
+    elif mode == "smoke":
+      argv.append("--smoke")
     if name == "flops":
-      loops = os.path.join(scratch, "training_loops.json")
-      argv.append(f"--training_loops={loops}")
-    results["available_cores_before"][name] = _common.wait_for_quiet(
-        0.85 * (os.cpu_count() or 1))
-    print(f"== {name}", flush=True)
-    _common.run_child(argv, timeout=3600, echo=True)
+      argv.append(f"--training_loops={os.path.join(scratch, 'training_loops.json')}")
+    _run_one(name, argv, results, "idle and loaded, interleaved"
+             if name == "training_loops" else "idle")
     with open(out) as f:
       results[name] = json.load(f)
+    if name == "training_loops":  # Both conditions, interleaved.
+      results["loaded"][name] = results[name]["loaded"]
+      results[name] = results[name]["idle"]
+    elif name != "flops":  # The machine's peak, and idle figures: idle only.
+      busy = _common.CONDITIONS["loaded"]
+      _run_one(name, argv + [f"--busy={busy}"], results, "loaded")
+      with open(out) as f:
+        results["loaded"][name] = json.load(f)
   results["seconds"] = time.time() - start
   return results
 
 
-def write(results: Dict[str, Any], out_dir: str) -> None:
-  """Writes `results.json` and `RESULTS.md` (with any `gpu_results.json`)."""
-  os.makedirs(out_dir, exist_ok=True)
-  _common.write_json(os.path.join(out_dir, "results.json"), results)
-  gpu = None
-  gpu_path = os.path.join(out_dir, "gpu_results.json")
-  if os.path.exists(gpu_path):
-    with open(gpu_path) as f:
-      gpu = json.load(f)
+def read(out_dir: str, name: str) -> Optional[Dict[str, Any]]:
+  """`out_dir/name` as JSON, or None if it is not there."""
+  path = os.path.join(out_dir, name)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def render(out_dir: str) -> None:
+  """Renders `out_dir/RESULTS.md` from the results files there."""
   with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
-    f.write(report.render(results, gpu))
-  print(f"wrote {out_dir}/results.json and RESULTS.md")
+    f.write(report.render(read(out_dir, FILES["full"]),
+                          read(out_dir, FILES["quick"]),
+                          read(out_dir, GPU_FILE)))
+  print(f"wrote {out_dir}/RESULTS.md")
 
 
 def main(argv=None) -> None:
   """Runs the benchmarks (or renders); see the module docstring."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true",
-                      help="Small sizes, one repeat: a smoke run.")
-  parser.add_argument("--out_dir", help="Where results.json and RESULTS.md "
+  modes = parser.add_mutually_exclusive_group()
+  modes.add_argument("--quick", action="store_true",
+                     help="The headline ratios, idle and loaded (at most 10 "
+                     "minutes).")
+  modes.add_argument("--smoke", action="store_true",
+                     help="Tiny sizes, one repeat: checks that it runs.")
+  modes.add_argument("--render", metavar="DIR",
+                     help="Only render DIR/RESULTS.md from the results "
+                     "there.")
+  parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
                       "go (default: benchmarks/, or a scratch directory "
-                      "with --quick).")
-  parser.add_argument("--render", metavar="FILE",
-                      help="Only render RESULTS.md from this results JSON.")
+                      "with --smoke).")
   args = parser.parse_args(argv)
   if args.render:
-    with open(args.render) as f:
-      results = json.load(f)
-    write(results, args.out_dir or os.path.dirname(os.path.abspath(
-        args.render)))
+    render(args.render)
     return
+  mode = "quick" if args.quick else "smoke" if args.smoke else "full"
   out_dir = args.out_dir or (
-      os.path.join(tempfile.gettempdir(), "tfm_ext_benchmarks_quick")
-      if args.quick else os.path.join(_common.REPO, "benchmarks"))
+      os.path.join(tempfile.gettempdir(), "tfm_ext_benchmarks_smoke")
+      if mode == "smoke" else os.path.join(_common.REPO, "benchmarks"))
   with tempfile.TemporaryDirectory() as scratch:
-    results = run(args.quick, scratch)
-  write(results, out_dir)
+    results = run(mode, scratch)
+  os.makedirs(out_dir, exist_ok=True)
+  _common.write_json(os.path.join(out_dir, FILES[mode]), results)
+  render(out_dir)
 
 
 if __name__ == "__main__":

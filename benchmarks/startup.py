@@ -1,6 +1,6 @@
 """Start-up: the launcher's imports with Python's collector off, and on.
 
-    python benchmarks/startup.py [--quick] [--out=FILE]
+    python benchmarks/startup.py [--smoke] [--busy=N] [--out=FILE]
 
 `launchers/train.py` turns Python's garbage collector off while it imports
 TensorFlow, TFM, tfm_ext and the experiments, then freezes what they made
@@ -35,7 +35,7 @@ from benchmarks import _common
 
 LAUNCHER = os.path.join(_common.REPO, "launchers", "train.py")
 SIZES = {"repeats": 7}
-QUICK_SIZES = {"repeats": 1}
+SMOKE_SIZES = {"repeats": 1}
 FIGURES = ("import_seconds", "full_collections", "collect_seconds",
            "frozen_objects", "peak_rss_mib")
 # What each variant makes a no-op before the launcher's code runs.
@@ -96,7 +96,7 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
 
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark; see the module docstring."""
-  return _common.sized_main(__doc__, measure, SIZES, QUICK_SIZES, argv)
+  return _common.sized_main(__doc__, measure, SIZES, SMOKE_SIZES, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Training throughput: our launcher against stock TFM, a plain loop, Keras.
 
-    python benchmarks/training_loops.py [--quick] [--repeats=3] [--out=FILE]
+    python benchmarks/training_loops.py [--smoke | --headline] [--repeats=3]
+        [--conditions=idle,loaded] [--out=FILE]
 
 On the same model, data, global batch and number of steps:
 
@@ -15,16 +16,20 @@ On the same model, data, global batch and number of steps:
                  and metrics every `summary_interval` steps, as ours and
                  stock TFM write them (bare `Model.fit` writes nothing)
 
-and ablations of our defaults: on digits_convnet 200 steps per loop and
+and ablations of our defaults: on digits_convnet 200 steps per loop,
 TFM's one-replica `MirroredStrategy` (`runtime.mirror_one_device=true`) for
-`mirrored` on one CPU; on both, XLA on the CPU. A third workload,
+`mirrored` on one CPU and a private input pool of half the cores; on both,
+XLA on the CPU; on ResNet50, bfloat16. A third workload,
 digits_convnet at one step per loop, runs the five variants where what each
 does between loops (a host sync, progress, summaries) weighs most; it is not
 one of issue 5's comparisons.
 
 Each run is a fresh process; variants are interleaved and repeated, each
 repeat in an order rotated by one (A B C D, B C D A, ...), after one
-discarded warm-up run per workload; the figures are medians. Every variant prints the progress
+discarded warm-up run per workload; the figures are medians. Each variant
+runs in each condition (`_common.CONDITIONS`): idle, then loaded, with half
+the cores kept busy by other processes, back to back. `--headline` is the
+quick mode's smaller set (`HEADLINE_WORKLOADS`, `HEADLINE_VARIANTS`). Every variant prints the progress
 line of `tfm_ext.console.TrainProgress` at each loop end, and this process
 timestamps those lines as they arrive: one clock, outside the runs, for all.
 Time to first step runs from starting the process to its first progress
@@ -58,7 +63,7 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -71,6 +76,7 @@ FIGURES = ("examples_per_second", "time_to_first_step_seconds",
 # A run starts once this many cores are free (or after a short wait): the
 # machine is shared.
 QUIET_CORES = 0.85 * (os.cpu_count() or 1)
+CONDITIONS = _common.CONDITIONS
 PROGRESS_LINE = re.compile(r"^step (\d+)/\d+ \|")
 
 
@@ -119,7 +125,15 @@ WORKLOADS = {
     "digits_convnet_per_step": Workload("digits_convnet", 64, 1200, 1, 1, 200,
                                         targets=False, repeats=3),
 }
-QUICK_WORKLOADS = {
+# The quick mode (`run_all.py --quick`, at most 10 minutes on 2 cores): the
+# headline ratios, idle and loaded, with the spread of the repeats; windows
+# of a few seconds, so noisier than the full run's.
+HEADLINE_WORKLOADS = {
+    "digits_convnet": Workload("digits_convnet", 64, 500, 50, 50, 200),
+    "resnet50": Workload("resnet50_imagenet_ctl", 2, 8, 2, 2, 4, SYNTHETIC),
+}
+HEADLINE_REPEATS = 2
+SMOKE_WORKLOADS = {
     "digits_convnet": Workload("digits_convnet", 64, 400, 50, 50, 200),
     "resnet50": Workload("resnet50_imagenet_ctl", 2, 6, 2, 2, 4, SYNTHETIC),
     "digits_convnet_per_step": Workload("digits_convnet", 64, 240, 1, 1, 200,
@@ -135,6 +149,8 @@ class Variant:
   workloads: Tuple[str, ...] = tuple(WORKLOADS)
   # Ablations whose effect dwarfs the noise run fewer times.
   max_repeats: Optional[int] = None
+  # The conditions (`CONDITIONS`) it runs in, of those measured.
+  conditions: Tuple[str, ...] = tuple(_common.CONDITIONS)
 
 
 VARIANTS = {
@@ -153,20 +169,42 @@ VARIANTS = {
     # which ours replaces with no strategy.
     "ours_one_replica_mirror": Variant("ours", "runtime.mirror_one_device=true",
                                        ("digits_convnet",)),
-    # tf.data's own pool for the input, where ours gives a CPU-only run a
-    # private pool of half the cores: with it, ours / handwritten is the
-    # loop's overhead alone.
-    "ours_tf_data_pool": Variant("ours", "runtime.dataset_num_private_threads=0",
-                                 ("digits_convnet",)),
+    # A pool of its own for the input, of half the cores, where ours
+    # leaves it on tf.data's pool as stock TFM does.
+    "ours_private_pool": Variant(
+        "ours", "runtime.dataset_num_private_threads="
+        f"{max(1, (os.cpu_count() or 2) // 2)}", ("digits_convnet",)),
+    # bfloat16 on the CPU: fast with AVX512-BF16 or AMX, emulated without
+    # (`machine()["bf16"]` says which this CPU has).
+    "ours_bfloat16": Variant(
+        "ours", "runtime.mixed_precision_dtype=bfloat16", ("resnet50",),
+        max_repeats=2),
 }
+# The quick mode's: the headline comparisons and the input pool's default.
+HEADLINE_VARIANTS = {
+    **{name: VARIANTS[name] for name in (
+        "ours", "stock_tfm", "ours_private_pool")},
+    # The hand-written loop and Keras on digits: their ResNet50 runs would
+    # double the mode's time.
+    **{name: dataclasses.replace(VARIANTS[name], workloads=("digits_convnet",))
+       for name in ("handwritten", "keras_fit")},
+}
+if any(_common.cpu_bf16().values()):
+  # Whether bfloat16 pays on this CPU: once, idle. Where the CPU emulates
+  # it, a run takes ten times float32's: the full run measures it there.
+  HEADLINE_VARIANTS["ours_bfloat16"] = dataclasses.replace(
+      VARIANTS["ours_bfloat16"], max_repeats=1, conditions=("idle",))
 
 
 # -- Parent: runs the children and times their progress lines --------------
 
 
 def run_variant(workload: Workload, variant: Variant,
-                timeout: float = 900.0) -> Dict[str, Any]:
+                timeout: float = 900.0, busy: int = 0) -> Dict[str, Any]:
   """Runs one variant of `workload` in a fresh process; returns its figures.
+
+  With `busy`, that many cores spin in other processes while it runs (once
+  the machine was quiet): a shared host.
 
   Raises:
     _common.ChildFailed: if the run fails or takes over `timeout` seconds.
@@ -182,7 +220,8 @@ def run_variant(workload: Workload, variant: Variant,
             f"--params_override={override}", f"--model_dir={model_dir}"]
   cores = _common.wait_for_quiet(QUIET_CORES)
   try:
-    child = _common.run_child([_common.python(), *argv], timeout)
+    with _common.busy_cores(busy):
+      child = _common.run_child([_common.python(), *argv], timeout)
     summary_path = os.path.join(model_dir, "run_summary.json")
     summary = {}
     if os.path.exists(summary_path):
@@ -242,19 +281,26 @@ def figures(workload: Workload, marks: List[Tuple[int, float, float]]
 
 
 def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
-            repeats: int) -> Dict[str, Any]:
-  """Runs every (workload, variant) `repeats` times, interleaved.
+            repeats: int, conditions: Sequence[str] = ("idle",),
+            warm_ups: Optional[int] = None) -> Dict[str, Any]:
+  """Runs every (workload, variant) `repeats` times in each condition.
 
-  Returns, per workload, its config, each variant's runs and medians, and
-  `ours`' ratios to the other variants.
+  Runs are interleaved: within a repeat, each workload's variants run in a
+  rotated order, each variant idle then loaded, so that a slow spell of
+  the machine falls on both conditions alike.
+
+  Returns, per condition (`CONDITIONS`) and workload, its config, each
+  variant's runs and medians, and `ours`' ratios to the other variants.
   """
   plan = [(w, v) for w in workloads for v in variants
           if w in variants[v].workloads]
-  runs: Dict[tuple, List[Dict[str, Any]]] = {key: [] for key in plan}
-  # One discarded run per workload first: the first process of a benchmark
-  # reads TensorFlow and the data from a cold file cache (its first step
-  # came 1-1.5 s late), which would land on whichever variant runs first.
-  for w in dict.fromkeys(w for w, _ in plan):
+  runs: Dict[tuple, List[Dict[str, Any]]] = {
+      (c, w, v): [] for c in conditions for w, v in plan}
+  # One discarded run per workload first (the first `warm_ups` workloads):
+  # the first process of a benchmark reads TensorFlow and the data from a
+  # cold file cache (its first step came 1-1.5 s late), which would land on
+  # whichever variant runs first.
+  for w in list(dict.fromkeys(w for w, _ in plan))[:warm_ups]:
     result = run_variant(workloads[w], variants["ours"])
     print(f"[warm-up] {w} ours: {result['examples_per_second']:.1f} ex/s "
           "(not counted)", flush=True)
@@ -263,22 +309,27 @@ def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],
       if repeat >= min(variants[v].max_repeats or repeats,
                        workloads[w].repeats or repeats):
         continue
-      result = run_variant(workloads[w], variants[v])
-      runs[(w, v)].append(result)
-      print(f"[{repeat + 1}/{repeats}] {w} {v}: "
-            f"{result['examples_per_second']:.1f} ex/s, first step after "
-            f"{result['time_to_first_step_seconds']:.1f}s, "
-            f"{result['peak_rss_mib']:.0f} MiB, "
-            f"{result['available_cores']:.1f} cores free", flush=True)
+      for c in conditions:
+        if c not in variants[v].conditions:
+          continue
+        result = run_variant(workloads[w], variants[v], busy=CONDITIONS[c])
+        runs[(c, w, v)].append(result)
+        print(f"[{repeat + 1}/{repeats}] {w} {v} {c}: "
+              f"{result['examples_per_second']:.1f} ex/s, first step after "
+              f"{result['time_to_first_step_seconds']:.1f}s, "
+              f"{result['peak_rss_mib']:.0f} MiB, "
+              f"{result['available_cores']:.1f} cores free", flush=True)
   out = {}
-  for w, workload in workloads.items():
-    per_variant = {v: {"runs": runs[(w, v)],
-                       "median": _common.medians(runs[(w, v)], FIGURES)}
-                   for ww, v in plan if ww == w}
-    out[w] = {"config": dataclasses.asdict(workload),
-              "params_override": workload.params_override(),
-              "repeats": repeats, "variants": per_variant,
-              "ours_over": ratios(per_variant)}
+  for c in conditions:
+    out[c] = {}
+    for w, workload in workloads.items():
+      per_variant = {v: {"runs": runs[(c, w, v)],
+                         "median": _common.medians(runs[(c, w, v)], FIGURES)}
+                     for ww, v in plan if ww == w and runs[(c, w, v)]}
+      out[c][w] = {"config": dataclasses.asdict(workload),
+                   "params_override": workload.params_override(),
+                   "repeats": repeats, "busy_cores": CONDITIONS[c],
+                   "variants": per_variant, "ours_over": ratios(per_variant)}
   return out
 
 
@@ -453,11 +504,19 @@ CHILDREN = {"stock_tfm": _stock_tfm, "handwritten": _handwritten,
 def main(argv=None) -> Dict[str, Any]:
   """Runs the benchmark (or, with `--child`, one variant); see the docstring."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true",
-                      help="Small sizes and one repeat: a smoke run.")
+  sizes = parser.add_mutually_exclusive_group()
+  sizes.add_argument("--smoke", action="store_true",
+                     help="Tiny sizes and one repeat: checks that it runs.")
+  sizes.add_argument("--headline", action="store_true",
+                     help="The quick mode: the headline comparisons, in "
+                     "minutes.")
   parser.add_argument("--repeats", type=int, default=None,
-                      help="Runs of each variant (default 5, quick 1; "
-                      "ablations at most 2).")
+                      help="Runs of each variant (default 5, headline "
+                      f"{HEADLINE_REPEATS}, smoke 1; ablations at most 2).")
+  parser.add_argument("--conditions", default=",".join(CONDITIONS),
+                      help="Comma-separated, of: " + ", ".join(
+                          f"{name} ({busy} cores busy)"
+                          for name, busy in CONDITIONS.items()))
   parser.add_argument("--out", help="Write the results as JSON here.")
   parser.add_argument("--child", choices=sorted(CHILDREN),
                       help=argparse.SUPPRESS)
@@ -468,10 +527,23 @@ def main(argv=None) -> Dict[str, Any]:
   if args.child:
     _child(args.child, args.experiment, args.params_override, args.model_dir)
     return {}
-  repeats = args.repeats or (1 if args.quick else 5)
-  results = measure(QUICK_WORKLOADS if args.quick else WORKLOADS, VARIANTS,
-                    repeats)
-  print(json.dumps({w: r["ours_over"] for w, r in results.items()}, indent=2))
+  conditions = args.conditions.split(",")
+  unknown = set(conditions) - set(CONDITIONS)
+  if unknown:
+    parser.error(f"--conditions: unknown {sorted(unknown)}; give any of "
+                 f"{list(CONDITIONS)}")
+  if args.smoke:
+    workloads, variants, repeats = SMOKE_WORKLOADS, VARIANTS, 1
+  elif args.headline:
+    workloads, variants, repeats = (HEADLINE_WORKLOADS, HEADLINE_VARIANTS,
+                                    HEADLINE_REPEATS)
+  else:
+    workloads, variants, repeats = WORKLOADS, VARIANTS, 5
+  # The quick mode warms the file cache once, for both workloads.
+  results = measure(workloads, variants, args.repeats or repeats, conditions,
+                    warm_ups=1 if args.headline else None)
+  print(json.dumps({c: {w: r["ours_over"] for w, r in by_workload.items()}
+                    for c, by_workload in results.items()}, indent=2))
   if args.out:
     _common.write_json(args.out, results)
   return results

@@ -5,7 +5,6 @@ import tensorflow as tf
 
 import downstream_registry
 import tfm_ext
-from tfm_ext import devices
 from tfm_ext import inputs
 
 EAGER = ("trainer.train_tf_function=false,trainer.eval_tf_function=false,"
@@ -201,20 +200,19 @@ def _private_pools(trainer):
           for dataset in (trainer.train_dataset, trainer.eval_dataset)]
 
 
-def test_input_gets_half_the_cores_on_cpu_and_a_resume_may_change_it(
+def test_input_keeps_tf_datas_pool_unless_set_and_a_resume_may_change_it(
     run_in_process, tmp_path):
   """TFM declares runtime.dataset_num_private_threads and ignores it; ours
-  sizes the trainer's datasets' tf.data pool with it, half the cores when it
-  is unset and the replicas are CPUs. The input iterator in the checkpoint
-  restores under another count."""
-  half = max(1, devices.usable_cores() // 2)
+  sizes the trainer's datasets' tf.data pool with it, and leaves them on
+  tf.data's own pool when it is unset, as stock TFM does. The input iterator
+  in the checkpoint restores under another count."""
   override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
               "trainer.validation_interval=20,trainer.validation_steps=2")
   summary, _ = run_in_process("digits_convnet", "train_and_eval", tmp_path,
                               override, trainer="recording")
-  assert summary.input_threads == half
+  assert summary.input_threads == 0
   assert _private_pools(
-      downstream_registry.RecordingTrainer.instances[-1]) == [half, half]
+      downstream_registry.RecordingTrainer.instances[-1]) == [None, None]
   summary, _ = run_in_process(
       "digits_convnet", "train_and_eval", tmp_path,
       override.replace("train_steps=20", "train_steps=30")

@@ -64,14 +64,14 @@ class CustomTrainer(base_trainer.Trainer):
       model trains with several (`learning_rate/<name>`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
     * Its datasets get a private tf.data pool of `input_threads` threads
-      (`runtime.dataset_num_private_threads`, which TFM declares and
-      ignores; unset, half the cores when the replicas are CPUs).
+      when `runtime.dataset_num_private_threads` is set (TFM declares the
+      field and ignores it).
   """
 
   def __init__(self, config, task, model, optimizer, train=True,
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
-    self.input_threads = inputs.input_threads(config.runtime, strategy)
+    self.input_threads = inputs.input_threads(config.runtime)
     host_iterator = None
     if (train and train_dataset is None
         and getattr(config.trainer, "checkpoint_input_iterator", False)):

@@ -153,22 +153,16 @@ def unsaveable_reason(iterator) -> Optional[str]:
       return e.message.splitlines()[0]
   return None
 
-def input_threads(runtime, strategy: tf.distribute.Strategy) -> int:
+def input_threads(runtime) -> int:
   """Threads of the tf.data pool private to this run's datasets; 0: tf.data's.
 
   `runtime.dataset_num_private_threads` when set (TFM declares the field but
-  its trainer ignores it). Unset, a run whose replicas are all on CPUs gives
-  its input half the cores: the model's ops already use every core, and
-  tf.data's own pool of one thread per core makes the two contend
-  (benchmarks/RESULTS.md#default-input-pool). With a GPU or TPU the input
-  has the cores to itself: tf.data's pool.
+  its trainer ignores it). Unset, tf.data's own pool, as in stock TFM: a
+  smaller private pool keeps the input off the model's cores on an idle
+  CPU host, and starves it on a shared one, so it is an opt-in
+  (benchmarks/RESULTS.md#default-input-pool).
   """
-  if runtime.dataset_num_private_threads is not None:
-    return runtime.dataset_num_private_threads
-  local = devices.local_devices(strategy)
-  if all("CPU" in device.upper() for device in local):
-    return max(1, devices.usable_cores() // 2)
-  return 0
+  return runtime.dataset_num_private_threads or 0
 
 def with_input_threads(dataset: tf.data.Dataset,
                        threads: int) -> tf.data.Dataset:
