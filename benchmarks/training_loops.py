@@ -130,7 +130,7 @@ WORKLOADS = {
 # of a few seconds, so noisier than the full run's.
 HEADLINE_WORKLOADS = {
     "digits_convnet": Workload("digits_convnet", 64, 500, 50, 50, 200),
-    "resnet50": Workload("resnet50_imagenet_ctl", 2, 8, 2, 2, 4, SYNTHETIC),
+    "resnet50": Workload("resnet50_imagenet_ctl", 2, 10, 2, 2, 4, SYNTHETIC),
 }
 HEADLINE_REPEATS = 2
 SMOKE_WORKLOADS = {
