@@ -200,3 +200,36 @@ def test_a_value_between_the_worst_and_the_best_kept_gets_in(
       20, 30]
   assert not [n for n in os.listdir(tmp_path / "best")
               if n.startswith("best_ckpt-10.")]
+
+
+def test_an_interrupted_exports_orphan_is_removed_not_kept_unranked(
+    tmp_path, checkpoint):
+  # unranked/ is for what a damaged manifest ranked; this one is intact.
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  checkpoint.write(str(tmp_path / "best" / "best_ckpt-20"))
+  make(tmp_path, k=2)
+  left = [name for _, _, names in os.walk(tmp_path / "best")
+          for name in names]
+  assert not [n for n in left if n.startswith("best_ckpt-20")], left
+  assert not (tmp_path / "best" / best_checkpoint.UNRANKED).exists()
+
+
+def test_a_reevaluated_checkpoint_is_kept_once(tmp_path, checkpoint):
+  exporter = make(tmp_path, k=3)
+  assert export(exporter, checkpoint, 10, 0.5)
+  assert not export(exporter, checkpoint, 10, 0.5)  # Evaluated again.
+  assert not export(exporter, checkpoint, 10, 0.6)
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [10]
+
+
+def test_a_nan_best_that_tfms_exporter_recorded_is_not_adopted(
+    tmp_path, checkpoint):
+  from official.core import train_utils  # pylint: disable=g-import-not-at-top
+  tfm = train_utils.BestCheckpointExporter(str(tmp_path / "best"), "accuracy",
+                                           "higher")
+  tfm.maybe_export_checkpoint(checkpoint, {"accuracy": float("nan")}, 15)
+  ours = make(tmp_path, k=2)
+  assert ours.kept == [] and ours.best_ckpt_logs is None
+  assert export(ours, checkpoint, 30, 0.1)
+  assert [e["global_step"] for e in ours.kept] == [30]

@@ -5,11 +5,13 @@ TensorFlow's `ram://`, which stands in for a bucket), then launcher runs of
 digits_convnet on copies of one trained model_dir, each damaged its own way.
 """
 
+import json
 import logging as std_logging
 import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 
 import pytest
@@ -108,6 +110,11 @@ def test_a_missing_or_damaged_state_file_is_rebuilt_from_the_files(
     assert checkpoint_state.repair(model_dir) == f"{model_dir}/ckpt-30"
   (warning,) = warnings_of(caplog)
   assert "rebuilt" in warning and "ckpt-30" in warning, warning
+  assert "it lists 3 (ckpt-10, ckpt-20, ckpt-30)" in warning, warning
+  # Each once, as the manager writes it, for TensorFlow's other readers too.
+  assert [os.path.basename(p) for p in tf.train.get_checkpoint_state(
+      model_dir).all_model_checkpoint_paths] == [
+          "ckpt-10", "ckpt-20", "ckpt-30"]
   # TensorFlow's manager reads it back: the latest, and all three managed,
   # so max_to_keep rotates them as before.
   manager = tf.train.CheckpointManager(tf.train.Checkpoint(), model_dir,
@@ -227,6 +234,76 @@ def test_a_claim_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
   claims = eval_claims.Claims(str(tmp_path), clock=clock,
                                   sleep=clock.sleep)
   assert claims.acquire(f"{tmp_path}/ckpt-10")
+
+
+def test_a_rebuilt_state_file_leaves_out_an_older_checkpoint_cut_short(
+    model_dir, caplog):
+  # Cut to half its bytes: still more bytes than its tensors have elements.
+  path = data_file(model_dir, 20)
+  data = read(path)
+  write(path, data[:len(data) // 2])
+  tf.io.gfile.remove(f"{model_dir}/checkpoint")
+  with caplog.at_level(std_logging.WARNING):
+    assert checkpoint_state.repair(model_dir) == f"{model_dir}/ckpt-30"
+  (warning,) = warnings_of(caplog)
+  assert "skipped ckpt-20 (its data is cut short" in warning, warning
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(), model_dir,
+                                       max_to_keep=10)
+  assert [os.path.basename(p) for p in manager.checkpoints] == [
+      "ckpt-10", "ckpt-30"]
+
+
+def taken_over(model_dir):
+  """Evaluator "a" claims `ckpt-10`, stalls, and "b" takes the claim over.
+
+  Returns `(a's Claims, the checkpoint's path)`.
+  """
+  clock = Clock()
+  path = f"{model_dir}/ckpt-10"
+  stalled, other = (eval_claims.Claims(str(model_dir), owner=owner,
+                                       clock=clock, sleep=clock.sleep)
+                    for owner in "ab")
+  assert stalled.acquire(path)
+  assert not other.acquire(path)
+  clock.now += eval_claims.STALE_CLAIM_SECONDS + 1
+  assert other.acquire(path)
+  return stalled, path
+
+
+def claim_owner(model_dir, name="ckpt-10"):
+  with open(os.path.join(model_dir, eval_claims.CLAIMS, name + ".json")) as f:
+    return json.load(f)["owner"]
+
+
+def test_release_leaves_the_claim_of_the_evaluator_that_took_it_over(
+    tmp_path):
+  stalled, path = taken_over(tmp_path)
+  stalled.release(path)  # Back, and done: only its own claim is its own.
+  assert claim_owner(tmp_path) == "b"
+
+
+def test_a_stalled_evaluators_renewals_leave_the_claim_that_replaced_it(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(eval_claims, "CLAIM_RENEW_SECONDS", 0.02)
+  stalled, path = taken_over(tmp_path)
+  with stalled.renewed(path):  # It wakes up and evaluates on.
+    time.sleep(0.3)  # Many renewal periods.
+  assert claim_owner(tmp_path) == "b"
+
+
+def test_a_claim_written_over_within_the_settle_time_is_lost(tmp_path):
+  # Another evaluator that also found no claim writes its own while this
+  # one waits: the later write wins.
+  path = f"{tmp_path}/ckpt-10"
+  other = eval_claims.Claims(str(tmp_path), owner="b")
+
+  def settle(seconds):
+    assert seconds == eval_claims.CLAIM_SETTLE_SECONDS
+    other._write("ckpt-10", renewals=0)  # pylint: disable=protected-access
+
+  first = eval_claims.Claims(str(tmp_path), owner="a", sleep=settle)
+  assert not first.acquire(path)
+  assert claim_owner(tmp_path) == "b"
 
 
 # -- Launcher runs ---------------------------------------------------------

@@ -49,6 +49,9 @@ REFUSED = [
      "whole number of steps"),
     ("trainer.train_steps=-5", "train", "trainer.train_steps=-5:",
      "0 or more"),
+    # YAML's true is a bool, and Python's bool an int: not a step count.
+    ("trainer.train_steps=true", "train", "trainer.train_steps=true:",
+     "whole number of steps"),
     ("trainer.validation_interval=-1", "train_and_eval",
      "trainer.validation_interval=-1:", "0 to evaluate only after training"),
     ("trainer.checkpoint_interval=-1", "train",
@@ -87,6 +90,9 @@ REFUSED = [
      "trainer.recovery_max_trials=null:", "negative: no loss check"),
     ("trainer.loss_upper_bound=high", "train",
      "trainer.loss_upper_bound='high':", "a number"),
+    # TFM's default recovery_max_trials=0 checks the loss: a bound is needed.
+    ("trainer.loss_upper_bound=null", "train",
+     "trainer.loss_upper_bound=null:", "a number"),
     # Types everywhere in trainer and runtime, from the annotations.
     ("trainer.train_tf_function=1", "train", "trainer.train_tf_function=1:",
      "true or false"),
@@ -122,6 +128,12 @@ ACCEPTED = [
     ("trainer.recovery_max_trials=-1,trainer.loss_upper_bound=null",
      "train"),  # No loss check, so no bound.
     ("runtime.mixed_precision_dtype=bfloat16", "train"),
+    ("trainer.loss_upper_bound=100", "train"),  # An int where a float is.
+    # One value for a list, as TFM's ViT configs give
+    # include_in_weight_decay a regex.
+    ("trainer.optimizer_config.optimizer.type=adamw,"
+     "trainer.optimizer_config.optimizer.adamw.include_in_weight_decay="
+     "kernel", "train"),
     ("runtime.mixed_precision_dtype=float32", "train"),
     # No exporter: its comparison and k are not read.
     ("trainer.best_checkpoint_eval_metric='',"
@@ -144,7 +156,8 @@ def test_legitimate_value_passes(tmp_path, override, mode):
 
 def test_an_evaluator_does_not_check_what_only_training_reads():
   params = build("trainer.steps_per_loop=0,trainer.summary_interval=7,"
-                 "task.train_data.global_batch_size=0")
+                 "task.train_data.global_batch_size=0,"
+                 "trainer.validation_interval=-1")
   config_checks.check(params, trains=False, evaluates=True)
 
 

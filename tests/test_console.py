@@ -2,6 +2,8 @@
 
 import io
 
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfm_ext import console
@@ -81,3 +83,41 @@ def test_a_long_evaluation_prints_its_batch_and_eta_every_few_seconds():
   short.begin(global_step=300)
   short.tick()  # Under 10 s: nothing printed.
   assert len(stream.getvalue().splitlines()) == 5
+
+
+def test_each_evaluation_counts_its_own_batches():
+  # One ticker serves every evaluation of a run (`CustomTrainer.eval_begin`).
+  now = [0.0]
+  stream = io.StringIO()
+  ticker = console.EvalTicker(total=20, every_seconds=10.0,
+                              clock=lambda: now[0], stream=stream)
+  for step in (100, 200):
+    ticker.begin(global_step=step)
+    for _ in range(10):
+      now[0] += 1.0
+      ticker.tick()
+  assert stream.getvalue().splitlines() == [
+      "eval @ step 100 | batch 10/20 | ETA 0:00:10",
+      "eval @ step 200 | batch 10/20 | ETA 0:00:10"]
+
+
+@pytest.mark.parametrize("total", [-1, None])
+def test_the_whole_validation_set_prints_its_batch_without_an_eta(total):
+  # validation_steps=-1, TFM's "the whole set": how many is not known.
+  now = [0.0]
+  stream = io.StringIO()
+  ticker = console.EvalTicker(total=total, every_seconds=10.0,
+                              clock=lambda: now[0], stream=stream)
+  ticker.begin(global_step=300)
+  for _ in range(12):
+    now[0] += 1.0
+    ticker.tick()
+  assert stream.getvalue().splitlines() == ["eval @ step 300 | batch 10"]
+
+
+def test_nested_logs_keep_their_path_and_drop_what_is_not_a_scalar():
+  logs = {"training_loss": tf.constant(0.5),
+          "coco": {"AP": np.float32(0.25), "image": tf.zeros([2, 2])},
+          "lvis": {"AP": 0.125}}
+  assert console.scalars(logs) == {"training_loss": 0.5, "coco/AP": 0.25,
+                                   "lvis/AP": 0.125}

@@ -196,6 +196,45 @@ def test_steps_logged_again_after_a_resume_replace_the_lost_ones(tmp_path):
   assert rows == {10: {"training_loss": 10.0}, 20: {"training_loss": -20.0}}
 
 
+def test_an_evaluation_of_an_older_checkpoint_keeps_the_later_ones(tmp_path):
+  # An evaluator beside the trainer may evaluate an old checkpoint last;
+  # unlike a training resume, that takes nothing back.
+  with tf.summary.create_file_writer(f"{tmp_path}/validation").as_default():
+    for step, loss in ((20, 1.0), (40, 0.8), (10, 1.5)):
+      tf.summary.scalar("validation_loss", loss, step=step)
+  rows = curves.read_scalars(str(tmp_path), curves.subdirs())
+  assert rows == {10: {"validation_loss": 1.5}, 20: {"validation_loss": 1.0},
+                  40: {"validation_loss": pytest.approx(0.8)}}
+
+
+def test_event_files_are_read_in_the_order_they_were_created(tmp_path):
+  # Two writers in one second: TensorFlow's counter in the name orders
+  # them, and writer 10 comes after writer 9.
+  train = tmp_path / "train"
+  with tf.summary.create_file_writer(str(train)).as_default():
+    for step in (10, 20, 30):
+      tf.summary.scalar("training_loss", float(step), step=step)
+  before = set(os.listdir(train))
+  write_scalars(str(train), 20, training_loss=-20.0)  # Resumed from 10.
+  (resumed,) = set(os.listdir(train)) - before
+  (original,) = before
+  os.rename(train / original,
+            train / "events.out.tfevents.1764560000.h.7.9.v2")
+  os.rename(train / resumed,
+            train / "events.out.tfevents.1764560000.h.7.10.v2")
+  rows = curves.read_scalars(str(tmp_path), curves.subdirs())
+  assert rows == {10: {"training_loss": 10.0}, 20: {"training_loss": -20.0}}
+
+
+def test_training_columns_come_before_validation_ones_whatever_their_names():
+  text = curves.metrics_csv({
+      10: {"training_loss": 1.0, "weight_norm": 2.0, "validation_loss": 3.0,
+           "validation_accuracy": 0.5}})
+  assert text.splitlines() == [
+      "step,training_loss,weight_norm,validation_accuracy,validation_loss",
+      "10,1.0,2.0,0.5,3.0"]
+
+
 def test_nothing_logged_writes_nothing(tmp_path):
   assert not curves.refresh(str(tmp_path), Config())
   assert not os.listdir(tmp_path)

@@ -1,6 +1,7 @@
 """What XLA compiles where: TFM's `enable_xla` on GPUs, our opt-in on a CPU."""
 
 import pytest
+import tensorflow as tf
 
 from official.core import config_definitions
 
@@ -36,3 +37,29 @@ def test_xla_on_several_cpus_is_refused_naming_the_field():
   with pytest.raises(ValueError, match="runtime.xla_on_cpu=true cannot "
                      "compile a step replicated over 2 non-GPU devices"):
     devices.xla_scope(_runtime(xla_on_cpu=True), CPUS)
+
+
+def _jit_compiled(fn) -> bool:
+  # What `tf.function(..., jit_compile=True)` records.
+  return getattr(fn, "_jit_compile", None) is True
+
+
+@pytest.mark.parametrize("fields, on, compiled", [
+    ({"enable_xla": True}, GPUS, "task_step"),
+    ({"xla_on_cpu": True}, CPU, "replicated_step"),
+    ({"enable_xla": True}, CPU, None),
+])
+def test_the_step_xla_scope_names_is_the_one_compiled(fields, on, compiled):
+  def task_step():
+    return tf.constant(1.0)
+
+  def replicated_step():
+    return tf.constant(2.0)
+
+  task, replicated = devices.xla_compiled(
+      _runtime(**fields), on, task_step=task_step,
+      replicated_step=replicated_step)
+  assert _jit_compiled(task) == (compiled == "task_step")
+  assert _jit_compiled(replicated) == (compiled == "replicated_step")
+  assert (task is task_step) == (compiled != "task_step")
+  assert (replicated is replicated_step) == (compiled != "replicated_step")

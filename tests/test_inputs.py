@@ -60,3 +60,43 @@ def test_host_pipeline_of_a_single_worker_reads_the_whole_global_batch(task):
   _, iterator = inputs.host_pipeline(task, data, tf.distribute.get_strategy(),
                                      threads=0)
   assert next(iterator)[0].shape[0] == GLOBAL
+
+
+def _pool(dataset):
+  return dataset.options().threading.private_threadpool_size
+
+
+def test_datasets_keep_tf_datas_own_pool_unless_the_config_sets_one():
+  from official.core import config_definitions  # pylint: disable=g-import-not-at-top
+  runtime = config_definitions.RuntimeConfig()
+  assert inputs.input_threads(runtime) == 0  # As stock TFM.
+  dataset = tf.data.Dataset.range(4)
+  assert inputs.with_input_threads(dataset, 0) is dataset
+  runtime.dataset_num_private_threads = 3
+  assert inputs.input_threads(runtime) == 3
+  assert _pool(inputs.with_input_threads(dataset, 3)) == 3
+
+
+def test_a_pipeline_that_sizes_its_own_pool_keeps_it():
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 5
+  own = tf.data.Dataset.range(4).with_options(options)
+  assert _pool(inputs.with_input_threads(own, 3)) == 5
+
+
+def test_the_threaded_dataset_fn_passes_input_context_only_where_taken():
+  context = tf.distribute.InputContext(num_input_pipelines=2,
+                                       input_pipeline_id=1)
+
+  def plain(rows):
+    return tf.data.Dataset.range(rows)
+
+  def sharded(rows, input_context=None):
+    return tf.data.Dataset.range(rows).shard(
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
+
+  for dataset_fn, rows in ((plain, [0, 1, 2, 3]), (sharded, [1, 3])):
+    dataset = inputs.threaded_dataset_fn(dataset_fn, 2, 4)(
+        input_context=context)
+    assert list(dataset.as_numpy_iterator()) == rows
+    assert _pool(dataset) == 2

@@ -218,6 +218,39 @@ def test_heartbeat_thread_beats_and_stops_before_the_lease_is_deleted(
   assert not tf.io.gfile.exists(held.path)
 
 
+def test_a_lease_this_process_left_is_taken_at_once(model_dir):
+  """An earlier run in this process (an in-process restart) left it."""
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()  # Never released.
+  fake.sleep(1)
+  _lease(model_dir, fake, pid=100, alive={100}).acquire()
+  assert fake.slept == 1 + 2 * lease.SETTLE_SECONDS  # No waiting.
+
+
+def test_a_lease_deleted_under_its_holder_is_written_again(model_dir):
+  fake = FakeTime()
+  held = _lease(model_dir, fake).acquire()
+  tf.io.gfile.remove(os.path.join(model_dir, lease.FILENAME))
+  fake.sleep(10)
+  held.beat()
+  held.check()  # Not lost: nobody else holds it.
+  record = _holder(model_dir)
+  assert (record["pid"], record["heartbeat"]) == (100, T0 + 10.5)
+
+
+def test_a_lease_naming_pid_0_is_no_lease(model_dir):
+  # os.kill(0, sig) signals this process's group: pid 0 would look alive.
+  tf.io.gfile.makedirs(model_dir)
+  _files.write_json(os.path.join(model_dir, lease.FILENAME), {
+      "host": "vm-1", "pid": 0, "pid_space": "boot-1/pid:[1]",
+      "token": "0", "started": T0, "heartbeat": T0})
+  fake = FakeTime()
+  lease.Lease(model_dir, clock=fake.clock, sleep=fake.sleep, host="vm-1",
+              pid=100, space="boot-1/pid:[1]",
+              beat_in_background=False).acquire()  # The real pid_alive.
+  assert _holder(model_dir)["pid"] == 100
+
+
 def test_pid_alive_sees_running_reaped_and_zombie_processes():
   assert lease.pid_alive(os.getpid())
   child = subprocess.Popen(["sleep", "30"])

@@ -112,3 +112,15 @@ def test_tfms_resnet_trains_stock_then_ours_then_stock_in_one_model_dir(
   ours_params.write_text((model_dir / "params.yaml").read_text())
   train(stock, 3, config=ours_params)
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-3")
+
+
+def test_added_fields_an_earlier_version_wrote_inline_read_as_they_are(
+    tmp_path):
+  path = tmp_path / "params.yaml"  # No tfm_ext_params.yaml beside it.
+  path.write_text("trainer:\n  name: tfm_base\n  train_steps: 7\n"
+                  "runtime:\n  deterministic: true\n")
+  tree = params_file.read(str(path), params_file.added_defaults())
+  assert tree["trainer"]["name"] == "tfm_base"
+  assert tree["runtime"]["deterministic"] is True
+  # A field neither wrote: its default.
+  assert tree["runtime"]["seed"] == params_file.RUNTIME_FIELDS["seed"]

@@ -93,6 +93,18 @@ def test_nothing_to_restore_fails_instead_of_training_on_diverged_weights():
     _loop(recovery, step, 1, math.nan)
 
 
+def test_the_loop_that_reaches_recovery_begin_steps_is_held_to_the_bound(
+    weights):
+  # TFM's RecoveryCondition compares the global step at the loop's end.
+  step, _, manager = weights
+  recovery = _recovery(step, manager, max_trials=0, loss_upper_bound=10.0,
+                       begin_steps=30)
+  _loop(recovery, step, 21, 0.5)  # The one-step first loop.
+  with pytest.raises(RunFailed, match=r"above trainer.loss_upper_bound=10 "
+                     r"in steps 22-30"):
+    _loop(recovery, step, 30, 11.0)
+
+
 def test_tfms_own_recovery_action_is_replaced_not_doubled(run_in_process,
                                                           tmp_path):
   from tfm_ext import assembly, driver, params as params_lib, preemption  # pylint: disable=g-import-not-at-top
