@@ -5,8 +5,9 @@ comparison, a wrong default, a dropped call, a missed edge case), written as
 an exact snippet of a library file and its replacement, with the tests that
 should catch it. For each one the trial copies the repository (its tracked
 files and the untracked ones git does not ignore, as they are in the working
-tree now) into a scratch directory, applies that one mutation there, and
-runs
+tree now; with `--source=head`, the last commit's files only, without
+anyone's uncommitted work) into a scratch directory, applies that one
+mutation there, and runs
 
     python -m pytest -q -x -n 2 <its tests>
 
@@ -482,6 +483,23 @@ def copy_tree(repo: str, files: Sequence[str], dest: str) -> None:
     shutil.copy2(os.path.join(repo, path), target)
 
 
+def copy_source(repo: str, source: str, dest: str) -> int:
+  """Copies the repository into `dest`; returns how many files.
+
+  `source` "worktree": the working tree's files (`source_files`); "head":
+  the last commit only, without others' uncommitted work.
+  """
+  if source == "worktree":
+    files = source_files(repo)
+    copy_tree(repo, files, dest)
+    return len(files)
+  os.makedirs(dest)
+  archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"],
+                           cwd=repo, check=True, capture_output=True).stdout
+  subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+  return len(_git("ls-files").splitlines())
+
+
 def apply(root: str, mutation: Mutation) -> None:
   path = os.path.join(root, mutation.file)
   with open(path) as f:
@@ -571,11 +589,10 @@ def outcome(result: dict) -> str:
 
 def trial(mutations: Sequence[Mutation], args) -> List[dict]:
   scratch = tempfile.mkdtemp(prefix="mutation_trial_", dir=args.scratch)
-  files = source_files(REPO)
   template = os.path.join(scratch, "template")
-  copy_tree(REPO, files, template)
+  count = copy_source(REPO, args.source, template)
   check_snippets(template, mutations)
-  print(f"{len(files)} files copied from {REPO} to {template}; "
+  print(f"{count} files copied from {REPO} ({args.source}) to {template}; "
         f"{len(mutations)} mutations", flush=True)
   results = []
   for number, mutation in enumerate(mutations, 1):
@@ -608,7 +625,7 @@ def baseline(mutations: Sequence[Mutation], args) -> List[dict]:
   """Runs each distinct test selection on the unmutated copy: all must pass."""
   scratch = tempfile.mkdtemp(prefix="mutation_baseline_", dir=args.scratch)
   root = os.path.join(scratch, "repo")
-  copy_tree(REPO, source_files(REPO), root)
+  copy_source(REPO, args.source, root)
   groups = {}
   for m in mutations:
     groups.setdefault(m.k, set()).update(m.tests)
@@ -659,6 +676,9 @@ def main(argv=None) -> int:
   parser.add_argument("--out", default=f"/tmp/mutation_trial_{stamp}.json")
   parser.add_argument("--scratch", default=None,
                       help="where the copies go (default: the temp dir)")
+  parser.add_argument("--source", choices=("worktree", "head"),
+                      default="worktree",
+                      help="copy the working tree's files, or HEAD's only")
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--timeout", type=float, default=900,
                       help="seconds per mutation's test run")
@@ -690,7 +710,8 @@ def main(argv=None) -> int:
     print(table(results))
   print(f"wall {wall / 60:.1f} min; JSON: {args.out}")
   with open(args.out, "w") as f:
-    json.dump({"repo": REPO, "head": head, "status": status,
+    json.dump({"repo": REPO, "source": args.source, "head": head,
+               "status": status,
                "wall_seconds": round(wall, 1),
                "baseline": args.baseline, "results": results}, f, indent=1)
   if args.baseline:
