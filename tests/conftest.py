@@ -1,4 +1,8 @@
-"""Shared test helpers: run the launcher for real, in a subprocess or in-process."""
+"""Shared test helpers: run the launcher for real, in a process or in-process.
+
+A process starts fresh (`launch`, `start`) or is forked from one that
+imported the launcher once (`launch_forked`).
+"""
 
 import json
 import os
@@ -58,12 +62,17 @@ class Result:
             f"--- stderr\n{self.stderr[-6000:]}")
 
 
-def _command(args, model_dir, script, data_dir, env):
+def _env(data_dir, env=None):
   full_env = dict(os.environ, TFM_EXT_DATA_DIR=data_dir,
                   TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO,
                   PYTHONUNBUFFERED="1")
   full_env.update(env or {})
-  return [sys.executable, script, f"--model_dir={model_dir}", *args], full_env
+  return full_env
+
+
+def _command(args, model_dir, script, data_dir, env):
+  return ([sys.executable, script, f"--model_dir={model_dir}", *args],
+          _env(data_dir, env))
 
 
 @pytest.fixture
@@ -77,6 +86,79 @@ def launch(data_dir):
     return Result(proc, str(model_dir))
 
   return run
+
+
+# What each launcher script imports before `app.run`, for `launch_forked`.
+SCRIPT_IMPORTS = {
+    TRAIN: ("tfm_ext.launcher", "registry_imports"),
+    DOUBLES_TRAIN: ("tfm_ext.launcher", "doubles"),
+}
+FORKED_LAUNCHER = os.path.join(REPO, "tests", "forked_launcher.py")
+
+
+class _ForkingLauncher:
+  """A `tests/forked_launcher.py` process for one launcher script."""
+
+  def __init__(self, script, data_dir, out_dir):
+    self.out_dir = out_dir
+    self.runs = 0
+    self.log = os.path.join(out_dir, "forked_launcher.stderr")
+    with open(self.log, "w") as log:
+      self.proc = subprocess.Popen(
+          [sys.executable, FORKED_LAUNCHER, script, *SCRIPT_IMPORTS[script]],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+          text=True, env=_env(data_dir), cwd=REPO)
+    self._answer()  # Imported: ready.
+
+  def _answer(self):
+    prefix = "forked_launcher: "
+    for line in self.proc.stdout:
+      if line.startswith(prefix):
+        return json.loads(line[len(prefix):])
+    with open(self.log) as f:
+      raise AssertionError(f"forked_launcher.py exited {self.proc.wait()}: "
+                           f"{f.read()[-3000:]}")
+
+  def run(self, argv, env, timeout) -> subprocess.CompletedProcess:
+    self.runs += 1
+    out, err = (os.path.join(self.out_dir, f"{self.runs}.{name}")
+                for name in ("stdout", "stderr"))
+    self.proc.stdin.write(json.dumps({"argv": argv, "env": env or {},
+                                      "stdout": out, "stderr": err,
+                                      "timeout": timeout}) + "\n")
+    self.proc.stdin.flush()
+    code = self._answer()["returncode"]
+    with open(out) as o, open(err) as e:
+      return subprocess.CompletedProcess(argv, code, o.read(), e.read())
+
+  def close(self):
+    self.proc.stdin.close()
+    self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def launch_forked(data_dir, tmp_path_factory):
+  """`launch` for commands that end before training: refusals, `--list`.
+
+  Each command is a real process with its own exit status, stdout and
+  stderr, forked from one that imported the script's modules once per
+  session (tests/forked_launcher.py): about 5 s of CPU less a command.
+  What a fresh interpreter's start-up does (quiet imports, signals while
+  TensorFlow loads) stays with `launch` and `start`.
+  """
+  launchers = {}
+
+  def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
+    if script not in launchers:
+      launchers[script] = _ForkingLauncher(
+          script, data_dir, str(tmp_path_factory.mktemp("forked")))
+    proc = launchers[script].run([f"--model_dir={model_dir}", *args], env,
+                                 timeout)
+    return Result(proc, str(model_dir))
+
+  yield run
+  for launcher in launchers.values():
+    launcher.close()
 
 
 class Running:

@@ -1,4 +1,9 @@
-"""Bad input: one clear paragraph, exit 2, no traceback, model_dir untouched."""
+"""Bad input: one clear paragraph, exit 2, no traceback, model_dir untouched.
+
+Each refusal is a launcher process of its own: those of `launchers/train.py`
+forked from one that imported it once (`launch_forked`), the two-CPU one and
+the buggy hook from a fresh interpreter.
+"""
 
 import os
 import textwrap
@@ -20,59 +25,61 @@ def assert_clean_usage_error(run, *fragments):
   assert not os.path.exists(run.model_dir), "model_dir was written"
 
 
-def test_unknown_experiment_suggests_closest(launch, tmp_path):
-  run = launch("--experiment=digits_convnett", "--mode=train",
-               model_dir=tmp_path / "m")
+def test_unknown_experiment_suggests_closest(launch_forked, tmp_path):
+  run = launch_forked("--experiment=digits_convnett", "--mode=train",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "Unknown experiment 'digits_convnett'",
                            "Did you mean 'digits_convnet'?")
 
 
-def test_unknown_trainer_lists_trainers(launch, tmp_path):
-  run = launch(EXP, "--mode=train", "--trainer=custum",
-               model_dir=tmp_path / "m")
+def test_unknown_trainer_lists_trainers(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train", "--trainer=custum",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "Unknown trainer 'custum'",
                            "Did you mean 'custom'?", "'tfm_base'")
 
 
-def test_unknown_mode_lists_modes(launch, tmp_path):
+def test_unknown_mode_lists_modes(launch_forked, tmp_path):
   # TFM's flag enum accepts this one and train_lib then cannot run it.
-  run = launch(EXP, "--mode=continuous_train_and_eval",
-               model_dir=tmp_path / "m")
+  run = launch_forked(EXP, "--mode=continuous_train_and_eval",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "Unknown mode 'continuous_train_and_eval'",
                            "'train_and_eval'", "'continuous_eval'")
 
 
-def test_malformed_yaml_config_file_is_named(launch, tmp_path):
+def test_malformed_yaml_config_file_is_named(launch_forked, tmp_path):
   bad = tmp_path / "bad.yaml"
   bad.write_text("trainer:\n  train_steps: [10\n")
-  run = launch(EXP, "--mode=train", f"--config_file={bad}",
-               model_dir=tmp_path / "m")
+  run = launch_forked(EXP, "--mode=train", f"--config_file={bad}",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, f"--config_file '{bad}' is not valid YAML")
 
 
-def test_override_of_missing_key_names_the_key(launch, tmp_path):
-  run = launch(EXP, "--mode=train", "--params_override=trainer.trian_steps=5",
-               model_dir=tmp_path / "m")
+def test_override_of_missing_key_names_the_key(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override=trainer.trian_steps=5",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "--params_override", "'trian_steps'")
 
 
-def test_bad_gin_binding(launch, tmp_path):
-  run = launch(EXP, "--mode=train", "--gin_params=no_such_configurable.x = 1",
-               model_dir=tmp_path / "m")
+def test_bad_gin_binding(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--gin_params=no_such_configurable.x = 1",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "Bad gin configuration", "no_such_configurable")
 
 
-def test_input_pattern_matching_no_file(launch, tmp_path):
+def test_input_pattern_matching_no_file(launch_forked, tmp_path):
   pattern = str(tmp_path / "nowhere" / "train-*.tfrecord")
-  run = launch(EXP, "--mode=train",
-               f"--params_override=task.train_data.input_path={pattern}",
-               model_dir=tmp_path / "m")
+  run = launch_forked(EXP, "--mode=train",
+                      f"--params_override=task.train_data.input_path={pattern}",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "task.train_data.input_path", pattern,
                            "matches no file")
 
 
-def test_eval_without_checkpoint(launch, tmp_path):
-  run = launch(EXP, "--mode=eval", model_dir=tmp_path / "m")
+def test_eval_without_checkpoint(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=eval", model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "No checkpoint in --model_dir")
 
 
@@ -109,33 +116,37 @@ def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
   assert "train_loop_end" in run.stderr
 
 
-def test_tpu_strategy_without_address(launch, tmp_path):
-  run = launch(EXP, "--mode=train",
-               "--params_override=runtime.distribution_strategy=tpu",
-               model_dir=tmp_path / "m")
+def test_tpu_strategy_without_address(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override=runtime.distribution_strategy=tpu",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "runtime.distribution_strategy=tpu needs a "
                            "TPU address", "--tpu")
 
 
-def test_unknown_strategy_suggests_closest(launch, tmp_path):
-  run = launch(EXP, "--mode=train",
-               "--params_override=runtime.distribution_strategy=mirorred",
-               model_dir=tmp_path / "m")
+def test_unknown_strategy_suggests_closest(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override="
+                      "runtime.distribution_strategy=mirorred",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "Unknown runtime.distribution_strategy "
                            "'mirorred'", "Did you mean 'mirrored'?", "'off'")
 
 
-def test_one_device_strategy_with_several_gpus(launch, tmp_path):
-  run = launch(EXP, "--mode=train",
-               "--params_override=runtime.distribution_strategy=one_device,"
-               "runtime.num_gpus=2", model_dir=tmp_path / "m")
+def test_one_device_strategy_with_several_gpus(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override="
+                      "runtime.distribution_strategy=one_device,"
+                      "runtime.num_gpus=2", model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "runtime.num_gpus=2", "use mirrored")
 
 
 @pytest.mark.parametrize("threads, shown", [("-1", "-1"), ("true", "True")])
-def test_input_threads_that_are_not_a_count(launch, tmp_path, threads, shown):
+def test_input_threads_that_are_not_a_count(launch_forked, tmp_path, threads,
+                                            shown):
   field = "runtime.dataset_num_private_threads"
-  run = launch(EXP, "--mode=train", f"--params_override={field}={threads}",
-               model_dir=tmp_path / "m")
+  run = launch_forked(EXP, "--mode=train",
+                      f"--params_override={field}={threads}",
+                      model_dir=tmp_path / "m")
   assert_clean_usage_error(run, f"{field}={shown}",
                            "0: tf.data's own pool")

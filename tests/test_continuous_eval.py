@@ -81,11 +81,11 @@ def test_checkpoint_deleted_before_it_was_read_is_skipped(launch, tmp_path):
 
 
 def test_no_trainer_and_no_checkpoint_waits_timeout_then_exits(
-    launch, tmp_path):
+    launch_forked, tmp_path):
   begin = time.monotonic()
-  run = launch("--experiment=digits_convnet", "--mode=continuous_eval",
-               "--params_override=trainer.continuous_eval_timeout=3",
-               model_dir=tmp_path / "m")
+  run = launch_forked("--experiment=digits_convnet", "--mode=continuous_eval",
+                      "--params_override=trainer.continuous_eval_timeout=3",
+                      model_dir=tmp_path / "m")
   assert run.returncode == 2, run
   assert "No checkpoint appeared" in run.stderr
   assert "continuous_eval_timeout=3s" in run.stderr

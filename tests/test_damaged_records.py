@@ -378,11 +378,11 @@ def _usage_error(run):
     (ALIAS_BOMB, "repeats more than 100000 YAML nodes"),
 ], ids=["python_name", "empty", "alias_bomb"])
 def test_launcher_refuses_a_config_file_that_is_not_data(
-    launch, tmp_path, text, fragment):
+    launch_forked, tmp_path, text, fragment):
   config = tmp_path / "c.yaml"
   config.write_text(text)
-  run = launch(f"--experiment={EXP}", "--mode=train",
-               f"--config_file={config}", model_dir=tmp_path / "m")
+  run = launch_forked(f"--experiment={EXP}", "--mode=train",
+                      f"--config_file={config}", model_dir=tmp_path / "m")
   assert fragment in _usage_error(run)
 
 

@@ -85,11 +85,11 @@ def test_eval_may_change_evaluation_fields(launch, trained, tmp_path):
      "trainer.train_steps: 30 -> 40"),
 ])
 def test_an_evaluator_refuses_to_change_the_trainers_config(
-    launch, trained, tmp_path, flag, difference):
+    launch_forked, trained, tmp_path, flag, difference):
   model_dir = copy_of(trained, tmp_path)
   listing = sorted(os.listdir(model_dir))
-  result = launch("--experiment=digits_convnet", "--mode=eval", flag,
-                  model_dir=model_dir, script=DOUBLES_TRAIN)
+  result = launch_forked("--experiment=digits_convnet", "--mode=eval", flag,
+                         model_dir=model_dir, script=DOUBLES_TRAIN)
   assert result.returncode == 2, result
   errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
   assert errors[0].startswith("error: An evaluator follows the trainer's "

@@ -164,11 +164,12 @@ def test_a_trainer_serving_png_bytes_classifies_the_raw_records(
   assert abs(accuracy - best["metrics"]["accuracy"]) <= 0.01
 
 
-def test_export_without_a_checkpoint_exits_2_before_writing(launch, tmp_path):
+def test_export_without_a_checkpoint_exits_2_before_writing(launch_forked,
+                                                           tmp_path):
   model_dir = tmp_path / "empty"
 
-  run = launch("--experiment=digits_convnet", "--mode=export",
-               model_dir=model_dir)
+  run = launch_forked("--experiment=digits_convnet", "--mode=export",
+                      model_dir=model_dir)
 
   assert run.returncode == 2, run
   assert "error: No checkpoint in --model_dir=" in run.stderr

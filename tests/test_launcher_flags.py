@@ -7,8 +7,6 @@ time, so a flag TFM adds is missing here until the launcher takes it.
 import functools
 import logging
 import os
-import subprocess
-import sys
 import types
 
 from absl import flags
@@ -24,7 +22,7 @@ import registry_imports  # pylint: disable=unused-import
 from tfm_ext import checkpointing
 from tfm_ext import launcher
 
-from conftest import REPO, SMOKE, TRAIN
+from conftest import SMOKE
 
 FLAGS = flags.FLAGS
 
@@ -156,10 +154,8 @@ def test_async_manager_saves_without_options_in_the_background_in_order(
   assert restored.weight.numpy() == 3.0
 
 
-def test_help_lists_the_launcher_flags_and_tfm(tmp_path):
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
-  out = subprocess.run([sys.executable, TRAIN, "--help"], capture_output=True,
-                       text=True, env=env, cwd=REPO, timeout=120)
+def test_help_lists_the_launcher_flags_and_tfm(launch_forked, tmp_path):
+  out = launch_forked("--help", model_dir=tmp_path / "unused")
   assert "Try --helpfull" in out.stdout, out.stderr  # absl's --help exits 1.
   ours = [f.name for f in FLAGS.get_flags_for_module(launcher.__name__)]
   assert {"trainer", "list", "enable_async_checkpointing"} <= set(ours)
@@ -186,15 +182,13 @@ def test_async_checkpointing_run_saves_checkpoints_a_resume_restores(
       "completed", 40, 50)
 
 
-def test_print_config_prints_the_operative_yaml_and_writes_nothing(tmp_path):
+def test_print_config_prints_the_operative_yaml_and_writes_nothing(
+    launch_forked, tmp_path):
   import yaml  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path / "m"
-  proc = subprocess.run(
-      [sys.executable, TRAIN, "--experiment=digits_convnet", "--print_config",
-       "--params_override=trainer.train_steps=7", "--trainer=tfm_base",
-       f"--model_dir={model_dir}"],
-      capture_output=True, text=True, timeout=300, cwd=REPO,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+  proc = launch_forked("--experiment=digits_convnet", "--print_config",
+                       "--params_override=trainer.train_steps=7",
+                       "--trainer=tfm_base", model_dir=model_dir)
   assert proc.returncode == 0, proc.stderr[-3000:]
   config = yaml.safe_load(proc.stdout)
   assert config["trainer"]["train_steps"] == 7

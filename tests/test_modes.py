@@ -91,8 +91,8 @@ def test_train_and_post_eval_evaluates_once_after_training(launch, tmp_path):
   assert run.stdout.count("eval @ step 40") == 1
 
 
-def test_list_shows_every_registry(launch, tmp_path):
-  run = launch("--list", model_dir=tmp_path / "unused")
+def test_list_shows_every_registry(launch_forked, tmp_path):
+  run = launch_forked("--list", model_dir=tmp_path / "unused")
   assert run.returncode == 0, run
   for expected in ("experiments:", "digits_convnet", "tasks:", "DigitsTask",
                    "trainers:", "custom", "tfm_base", "models:"):
