@@ -1,11 +1,14 @@
 """Shared test helpers: run the launcher for real, in a process or in-process.
 
 A process starts fresh (`launch`, `start`) or is forked from one that
-imported the launcher once (`launch_forked`).
+imported the launcher once (`launch_forked`); `built_once` makes what
+several tests share once a session.
 """
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -159,6 +162,27 @@ def launch_forked(data_dir, tmp_path_factory):
   yield run
   for launcher in launchers.values():
     launcher.close()
+
+
+def built_once(tmp_path_factory, name, build) -> str:
+  """A folder that `build(path)` fills once a session, for every xdist worker.
+
+  For what several tests only read or copy (a trained `model_dir`, a
+  virtual environment): the workers share their base temporary folder's
+  parent, and the first to ask builds while the others wait on a lock.
+  """
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent
+  path, done = root / name, root / f"{name}.built"
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not done.exists():
+      shutil.rmtree(path, ignore_errors=True)
+      path.mkdir()
+      build(str(path))
+      done.touch()
+  return str(path)
 
 
 class Running:

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from conftest import built_once
+
 # The trained model_dir: three evaluations, so three best checkpoints
 # (digits_convnet keeps the top 3 by accuracy).
 TRAIN = ("trainer.train_steps=6,trainer.steps_per_loop=2,"
@@ -40,12 +42,10 @@ def _modules():
   return best_checkpoint, continuous_eval, driver, params_lib, run_summary
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, data_dir):
-  """A model_dir after 6 steps of train_and_eval, and a continuous ledger."""
-  del data_dir  # Sets TFM_EXT_DATA_DIR.
+def _train(folder):
+  """Fills `folder`/m: 6 steps of train_and_eval, and a continuous ledger."""
   _, continuous_eval, driver, params_lib, _ = _modules()
-  model_dir = str(tmp_path_factory.mktemp("trained") / "m")
+  model_dir = os.path.join(folder, "m")
   params = params_lib.build(params_lib.ConfigSources(
       experiment=EXP, params_override=TRAIN))
   summary = driver.run(driver.prepare(driver.RunRequest(
@@ -55,7 +55,14 @@ def trained(tmp_path_factory, data_dir):
   ledger = continuous_eval.EvalLedger(model_dir)
   for step in (2, 4, 6):
     ledger.record(f"{model_dir}/ckpt-{step}", "evaluated", {"accuracy": 0.5})
-  return model_dir
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+  """The trained model_dir, built once a session; tests get a copy."""
+  del data_dir  # Sets TFM_EXT_DATA_DIR.
+  return os.path.join(
+      built_once(tmp_path_factory, "damaged_records_trained", _train), "m")
 
 
 @pytest.fixture

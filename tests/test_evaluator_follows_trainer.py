@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import DOUBLES_TRAIN, SMOKE
+from conftest import DOUBLES_TRAIN, SMOKE, built_once
 
 TRAINED = SMOKE.replace("train_steps=40", "train_steps=30")
 WARNING = "Value in checkpoint could not be found"
@@ -18,18 +18,23 @@ WARNING = "Value in checkpoint could not be found"
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_dir):
-  """A model_dir trained by `eval_marking` for 30 steps (--mode=train)."""
+  """A model_dir trained by `eval_marking` for 30 steps (--mode=train).
+
+  Trained once a session; each test evaluates a copy.
+  """
   import subprocess  # pylint: disable=g-import-not-at-top
   from conftest import _command  # pylint: disable=g-import-not-at-top
-  model_dir = str(tmp_path_factory.mktemp("trained"))
-  cmd, env = _command(("--experiment=digits_convnet", "--mode=train",
-                       "--trainer=eval_marking",
-                       f"--params_override={TRAINED}"),
-                      model_dir, DOUBLES_TRAIN, data_dir, None)
-  proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                        timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return model_dir
+
+  def train(model_dir):
+    cmd, env = _command(("--experiment=digits_convnet", "--mode=train",
+                         "--trainer=eval_marking",
+                         f"--params_override={TRAINED}"),
+                        model_dir, DOUBLES_TRAIN, data_dir, None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+  return built_once(tmp_path_factory, "evaluator_follows_trained", train)
 
 
 def read(model_dir, name):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import DOUBLES_TRAIN, TWO_CPUS_TRAIN, numeric_tensors
+from conftest import built_once
 
 STEPS = 150
 
@@ -47,20 +48,25 @@ def interrupt(start, model_dir, script, run_args, line_pattern, sig):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data_dir):
-  """The reference: the same run, never interrupted (single device)."""
+  """The reference: the same run, never interrupted (single device).
+
+  Run once a session; the tests only read its checkpoint.
+  """
   from conftest import _command, Result  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
-  model_dir = tmp_path_factory.mktemp("uninterrupted")
-  cmd, env = _command(args(), model_dir, DOUBLES_TRAIN, data_dir, None)
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                        timeout=300)
-  result = Result(proc, str(model_dir))
-  assert result.returncode == 0, result
-  assert result.summary()["deterministic"] is True
-  assert result.summary()["input_in_checkpoint"] is True
-  # TFM's default `mirrored`, on one CPU device: no strategy.
-  assert strategy(result) == ("none", 1)
-  return str(model_dir)
+
+  def run(model_dir):
+    cmd, env = _command(args(), model_dir, DOUBLES_TRAIN, data_dir, None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          timeout=300)
+    result = Result(proc, model_dir)
+    assert result.returncode == 0, result
+    assert result.summary()["deterministic"] is True
+    assert result.summary()["input_in_checkpoint"] is True
+    # TFM's default `mirrored`, on one CPU device: no strategy.
+    assert strategy(result) == ("none", 1)
+
+  return built_once(tmp_path_factory, "exact_resume_uninterrupted", run)
 
 
 @pytest.mark.slow

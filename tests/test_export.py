@@ -6,6 +6,7 @@ never the latest); each test exports a copy of it.
 """
 
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -23,6 +24,8 @@ from tfm_ext import export
 from tfm_ext import params as params_lib
 
 from experiments import digits_convnet
+
+from conftest import built_once
 
 CADENCE = ("trainer.steps_per_loop=50,trainer.summary_interval=50,"
            "trainer.checkpoint_interval=100,trainer.validation_interval=100")
@@ -58,13 +61,23 @@ def _run(mode, model_dir, train_steps, trainer=""):
       params=params))), params
 
 
+def _train(folder):
+  _run("train_and_eval", os.path.join(folder, "run"), 200)
+  _run("train", os.path.join(folder, "run"), 300)
+
+
 @pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory):
-  """`(model_dir, params, best)`: best is the manifest's best entry."""
+  """`(model_dir, params, best)`: best is the manifest's best entry.
+
+  Trained once a session; each test exports a copy.
+  """
   del data_dir  # Sets TFM_EXT_DATA_DIR.
-  model_dir = tmp_path_factory.mktemp("digits") / "run"
-  _run("train_and_eval", model_dir, 200)
-  _, params = _run("train", model_dir, 300)
+  model_dir = pathlib.Path(built_once(tmp_path_factory, "export_trained",
+                                      _train)) / "run"
+  params = params_lib.build(params_lib.ConfigSources(
+      experiment="digits_convnet",
+      params_override=f"trainer.train_steps=300,{CADENCE}"))
   manifest = _files.read_json(str(model_dir / "best_ckpt" /
                                   best_checkpoint.MANIFEST))
   return model_dir, params, manifest["checkpoints"][0]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from conftest import built_once
 from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
@@ -63,15 +64,26 @@ LIST_REFERENCE_FLAGS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def reference():
-  """The reference runner's flags, by name, from the installed wheel."""
+def _list_reference_flags(folder):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   proc = subprocess.run([sys.executable, "-c", LIST_REFERENCE_FLAGS],
                         capture_output=True, text=True, env=env, timeout=120,
                         check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  found = json.loads(proc.stdout.strip().splitlines()[-1])
+  with open(os.path.join(folder, "flags.json"), "w") as f:
+    f.write(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The reference runner's flags, by name, from the installed wheel.
+
+  Listed once a session.
+  """
+  folder = built_once(tmp_path_factory, "reference_flags",
+                      _list_reference_flags)
+  with open(os.path.join(folder, "flags.json")) as f:
+    found = json.load(f)
   # A listing that found nothing would let every check below pass.
   for name, short_name in SEED_SHORT_NAMES.items():
     assert found[name]["short_name"] == short_name, found.get(name)

@@ -6,6 +6,7 @@ checkout, then trains the embedded default from another directory.
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 import zipfile
@@ -13,12 +14,11 @@ import zipfile
 import pytest
 
 from conftest import REPO
+from conftest import built_once
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-  """`(bin directory of a venv with the wheel installed, the wheel's path)`."""
-  root = tmp_path_factory.mktemp("package")
+def _build_and_install(folder):
+  root = pathlib.Path(folder)
   wheels = root / "wheels"
   subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                   "--no-build-isolation", "-q", "-w", str(wheels), REPO],
@@ -30,7 +30,18 @@ def installed(tmp_path_factory):
   subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
                   "--no-deps", "-q", str(wheel)], check=True,
                  capture_output=True, timeout=300)
-  return venv / "bin", wheel
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+  """`(bin directory of a venv with the wheel installed, the wheel's path)`.
+
+  Built and installed once a session.
+  """
+  root = pathlib.Path(built_once(tmp_path_factory, "package",
+                                 _build_and_install))
+  wheel, = (root / "wheels").glob("tfm_ext-*.whl")
+  return root / "venv" / "bin", wheel
 
 
 def test_the_wheel_holds_one_top_level_package(installed):

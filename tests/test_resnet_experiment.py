@@ -1,5 +1,6 @@
 """resnet50_imagenet_ctl natively: the model, a real run, and its export."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -11,20 +12,21 @@ import tf_keras
 import yaml
 
 from conftest import REPO
+from conftest import built_once
 import registry_imports  # pylint: disable=unused-import
 from experiments.imagenet import input_pipeline
 from experiments.imagenet import resnet50
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 from tfm_ext import driver
 from tfm_ext import params as params_lib
+from tfm_ext import run_summary
 
 EXPORT = os.path.join(REPO, "launchers", "export_resnet.py")
 
 
-@pytest.fixture(scope="module")
-def native_run(imagenet_dir, tmp_path_factory):
-  """3 steps of batch 2 on the tiny ImageNet, whose 'epoch' is 2 steps."""
-  model_dir = str(tmp_path_factory.mktemp("resnet_native"))
+def _train(imagenet_dir, folder):
+  """Trains into `folder`/model_dir; its summary is `folder`/summary.json."""
+  model_dir = os.path.join(folder, "model_dir")
   data = {"input_path": os.path.join(imagenet_dir, "train-*-of-01024"),
           "global_batch_size": 2, "num_examples": 4}
   override = {
@@ -41,7 +43,19 @@ def native_run(imagenet_dir, tmp_path_factory):
   summary = driver.run(driver.prepare(driver.RunRequest(
       experiment="resnet50_imagenet_ctl", mode="train_and_eval",
       model_dir=model_dir, params=params)))
-  return summary, model_dir
+  summary.write(folder, "summary.json")
+
+
+@pytest.fixture(scope="module")
+def native_run(imagenet_dir, tmp_path_factory):
+  """3 steps of batch 2 on the tiny ImageNet, whose 'epoch' is 2 steps.
+
+  `(summary, model_dir)`, trained once a session.
+  """
+  folder = built_once(tmp_path_factory, "resnet_native",
+                      functools.partial(_train, imagenet_dir))
+  return (run_summary.RunSummary.read(folder, "summary.json"),
+          os.path.join(folder, "model_dir"))
 
 
 def test_model_is_resnet50_v1_5_as_the_issue_specifies():
