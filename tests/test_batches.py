@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import DOUBLES_TRAIN, REPO, TWO_CPUS_TRAIN
+from conftest import REPO, TWO_CPUS_TRAIN
 
 GLOBAL_BATCH = 16
 LOOP = 10
@@ -41,12 +41,12 @@ def test_mirrored_replicas_each_train_on_their_share_of_the_global_batch(
   assert metrics["examples_seen"] == LOOP * GLOBAL_BATCH
 
 
-def test_one_replica_trains_on_the_whole_global_batch(launch, tmp_path):
-  result = launch("--experiment=digits_rows", "--mode=train",
-                  f"--params_override={OVERRIDE}", model_dir=tmp_path,
-                  script=DOUBLES_TRAIN)
-  assert result.returncode == 0, result
-  metrics = result.summary()["train_metrics"]
+def test_one_replica_trains_on_the_whole_global_batch(run_in_process,
+                                                      tmp_path):
+  summary, _ = run_in_process("digits_rows", "train", tmp_path, OVERRIDE)
+  assert summary.status == "completed", summary
+  assert (summary.strategy, summary.replicas) == ("none", 1)
+  metrics = summary.train_metrics
   assert metrics["rows_per_replica"] == GLOBAL_BATCH
   assert metrics["examples_seen"] == LOOP * GLOBAL_BATCH
 

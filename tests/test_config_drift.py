@@ -1,4 +1,8 @@
-"""Resuming with a changed config: refused with a diff, unless harmless."""
+"""Resuming with a changed config: refused with a diff, unless harmless.
+
+The runs that only train run in-process; the refusals and the forced
+resume are launcher processes (the refusals forked, `launch_forked`).
+"""
 
 from conftest import SMOKE
 from tfm_ext import config_drift
@@ -7,17 +11,16 @@ EXP = "--experiment=digits_convnet"
 
 
 def test_resume_with_changed_batch_or_optimizer_is_refused_with_diff(
-    launch, tmp_path):
+    run_in_process, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
-  first = launch(EXP, "--mode=train", f"--params_override={SMOKE}",
-                 model_dir=model_dir)
-  assert first.returncode == 0, first
+  first, _ = run_in_process("digits_convnet", "train", model_dir, SMOKE)
+  assert first.status == "completed", first
   params = (model_dir / "params.yaml").read_text()
 
-  changed = launch(EXP, "--mode=train", f"--params_override={SMOKE},"
-                   "task.train_data.global_batch_size=32,"
-                   "trainer.optimizer_config.optimizer.type=sgd",
-                   model_dir=model_dir)
+  changed = launch_forked(EXP, "--mode=train", f"--params_override={SMOKE},"
+                          "task.train_data.global_batch_size=32,"
+                          "trainer.optimizer_config.optimizer.type=sgd",
+                          model_dir=model_dir)
   assert changed.returncode == 2, changed
   assert "Traceback" not in changed.stderr
   assert "task.train_data.global_batch_size: 64 -> 32" in changed.stderr
@@ -26,22 +29,23 @@ def test_resume_with_changed_batch_or_optimizer_is_refused_with_diff(
   assert "--allow_config_change" in changed.stderr
   assert (model_dir / "params.yaml").read_text() == params  # Untouched.
 
-  trainer = launch(EXP, "--mode=train", f"--params_override={SMOKE}",
-                   "--trainer=tfm_base", model_dir=model_dir)
+  trainer = launch_forked(EXP, "--mode=train", f"--params_override={SMOKE}",
+                          "--trainer=tfm_base", model_dir=model_dir)
   assert trainer.returncode == 2 and "trainer.name: 'custom' -> 'tfm_base'" in (
       trainer.stderr), trainer
 
 
-def test_harmless_changes_resume_and_override_flag_forces(launch, tmp_path):
+def test_harmless_changes_resume_and_override_flag_forces(
+    run_in_process, launch, tmp_path):
   model_dir = tmp_path / "m"
-  assert launch(EXP, "--mode=train", f"--params_override={SMOKE}",
-                model_dir=model_dir).returncode == 0
-  longer = launch(EXP, "--mode=train", f"--params_override={SMOKE},"
-                  "trainer.train_steps=60,trainer.validation_interval=30,"
-                  "trainer.summary_interval=20,trainer.steps_per_loop=20",
-                  model_dir=model_dir)
-  assert longer.returncode == 0, longer
-  assert longer.summary()["global_step"] == 60
+  first, _ = run_in_process("digits_convnet", "train", model_dir, SMOKE)
+  assert first.status == "completed", first
+  longer, _ = run_in_process(
+      "digits_convnet", "train", model_dir,
+      SMOKE + ",trainer.train_steps=60,trainer.validation_interval=30,"
+      "trainer.summary_interval=20,trainer.steps_per_loop=20")
+  assert longer.status == "completed", longer
+  assert longer.global_step == 60
   forced = launch(EXP, "--mode=train", "--allow_config_change",
                   f"--params_override={SMOKE},trainer.train_steps=80,"
                   "task.train_data.global_batch_size=32", model_dir=model_dir)

@@ -58,13 +58,14 @@ def test_evaluator_beside_trainer_evaluates_each_checkpoint_once(
   assert "eval @" not in again.stdout
 
 
-def test_checkpoint_deleted_before_it_was_read_is_skipped(launch, tmp_path):
+def test_checkpoint_deleted_before_it_was_read_is_skipped(
+    run_in_process, launch, tmp_path):
   model_dir = tmp_path / "m"
-  trained = launch(TRAIN_ARGS[0], "--mode=train",
-                   "--params_override=trainer.train_steps=40,"
-                   "trainer.steps_per_loop=10,trainer.checkpoint_interval=10",
-                   model_dir=model_dir)
-  assert trained.returncode == 0, trained
+  trained, _ = run_in_process(
+      "digits_convnet", "train", model_dir,
+      "trainer.train_steps=40,trainer.steps_per_loop=10,"
+      "trainer.checkpoint_interval=10")
+  assert trained.status == "completed", trained
   # What max_to_keep leaves an evaluator that listed ckpt-20 a moment ago:
   # the state file still names it, its files are gone.
   for name in os.listdir(model_dir):
