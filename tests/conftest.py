@@ -2,7 +2,7 @@
 
 A process starts fresh (`launch`, `start`) or is forked from one that
 imported the launcher once (`launch_forked`); `built_once` makes what
-several tests share once a session.
+several tests share once a session; the long tests run first.
 """
 
 import fcntl
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -27,6 +28,31 @@ TWO_CPUS_TRAIN = os.path.join(REPO, "tests", "doubles_train_two_cpus.py")
 SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"
          "trainer.summary_interval=10,trainer.checkpoint_interval=20,"
          "trainer.validation_interval=20")
+
+
+def _starts_processes(item) -> bool:
+  """Whether a test starts processes: `launch`, `start` or `subprocess`."""
+  if {"launch", "start"} & set(item.fixturenames):
+    return True
+  codes = [item.function.__code__] if hasattr(item, "function") else []
+  while codes:  # The test's code and the functions defined in it.
+    code = codes.pop()
+    if "subprocess" in code.co_names:
+      return True
+    codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+  return False
+
+
+def pytest_collection_modifyitems(items):
+  """Runs the tests marked `slow` first, then those that start processes.
+
+  Each group keeps the order collected. xdist gives a worker its next test
+  as one ends (`--maxschedchunk=1`, setup.cfg), so the long tests start
+  early and the last ones are short: no core idles at the end while one
+  long test finishes.
+  """
+  items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                               not _starts_processes(item)))
 
 
 @pytest.fixture(scope="session")

@@ -165,6 +165,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_image_pipelines_give_each_replica_its_share(data_dir, tmp_path):
   import imagenet_fixtures  # pylint: disable=g-import-not-at-top
   records = imagenet_fixtures.write_imagenet(str(tmp_path / "imagenet"))

@@ -4,6 +4,8 @@ The runs that only train run in-process; the refusals and the forced
 resume are launcher processes (the refusals forked, `launch_forked`).
 """
 
+import pytest
+
 from conftest import SMOKE
 from tfm_ext import config_drift
 
@@ -35,6 +37,7 @@ def test_resume_with_changed_batch_or_optimizer_is_refused_with_diff(
       trainer.stderr), trainer
 
 
+@pytest.mark.slow
 def test_harmless_changes_resume_and_override_flag_forces(
     run_in_process, launch, tmp_path):
   model_dir = tmp_path / "m"

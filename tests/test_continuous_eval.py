@@ -22,6 +22,7 @@ def ledger(model_dir):
   return continuous_eval.read_ledger(str(model_dir))
 
 
+@pytest.mark.slow
 def test_evaluator_beside_trainer_evaluates_each_checkpoint_once(
     start, launch, tmp_path):
   model_dir = tmp_path / "m"

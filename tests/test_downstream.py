@@ -2,9 +2,12 @@
 
 import os
 
+import pytest
+
 from conftest import DOWNSTREAM_TRAIN, SMOKE
 
 
+@pytest.mark.slow
 def test_forked_launcher_runs_the_downstream_trainer_by_flag(launch, tmp_path):
   with open(DOWNSTREAM_TRAIN) as f:
     code = [l for l in f.read().splitlines()

@@ -103,6 +103,7 @@ def test_an_evaluator_refuses_to_change_the_trainers_config(
   assert sorted(os.listdir(model_dir)) == listing
 
 
+@pytest.mark.slow
 def test_an_evaluator_started_before_its_trainer_follows_it(
     start, launch, tmp_path):
   model_dir = tmp_path / "m"

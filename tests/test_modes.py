@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import tensorflow as tf
 
 from conftest import REPO
@@ -19,6 +20,7 @@ def _read(path):
     return hashlib.sha256(f.read()).hexdigest()
 
 
+@pytest.mark.slow
 def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
   model_dir = tmp_path / "digits"
   run = launch("--experiment=digits_convnet", "--mode=train_and_eval",
@@ -46,6 +48,7 @@ def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
   assert "train | step:" not in run.stdout  # Orbit's own lines: log only.
 
 
+@pytest.mark.slow
 def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   model_dir = tmp_path / "m"
   train = launch("--experiment=digits_convnet", "--mode=train",

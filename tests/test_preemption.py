@@ -30,6 +30,7 @@ def _summary_steps(model_dir):
   return steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_at_current_step_exits_42_and_relaunch_resumes(
     start, launch, tmp_path, sig):
@@ -85,6 +86,7 @@ def test_transient_errors_beyond_max_restarts_fail(launch, tmp_path):
   assert "UnavailableError" in run.stderr and "Traceback" in run.stderr
 
 
+@pytest.mark.slow
 def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
     launch, tmp_path):
   model_dir = tmp_path / "m"
@@ -120,6 +122,7 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
   assert "a resumed run may read other batches" in run.stderr, run
 
 
+@pytest.mark.slow
 def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
     launch, tmp_path, data_dir):
   from experiments import digits_convnet  # pylint: disable=g-import-not-at-top

@@ -48,6 +48,7 @@ def stats(stdout):
   return yaml.safe_load(line[len("Run stats: "):])
 
 
+@pytest.mark.slow
 def test_readme_smoke_command_trains_one_capped_epoch_and_reports_stats(
     launch, imagenet_dir, tmp_path):
   # The README's GPU command, shrunk to this CPU: no GPU, batch 2, 2 steps.
@@ -76,6 +77,7 @@ def test_readme_smoke_command_trains_one_capped_epoch_and_reports_stats(
   assert params["task"]["train_data"]["global_batch_size"] == 2
 
 
+@pytest.mark.slow
 def test_tpu_style_command_on_cpu_checkpoints_every_5_loops_and_profiles(
     launch, tmp_path):
   model_dir = tmp_path / "m"

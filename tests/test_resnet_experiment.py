@@ -58,6 +58,7 @@ def native_run(imagenet_dir, tmp_path_factory):
           os.path.join(folder, "model_dir"))
 
 
+@pytest.mark.slow
 def test_model_is_resnet50_v1_5_as_the_issue_specifies():
   before = tf_keras.backend.image_data_format()
   model = resnet50.build_resnet50(resnet50.ResNet50Config())
@@ -116,6 +117,7 @@ def test_native_run_trains_past_an_epoch_on_real_jpegs_and_evaluates(
     assert yaml.safe_load(f)["trainer"]["name"] == "resnet_ctl"
 
 
+@pytest.mark.slow
 def test_export_writes_hub_models_that_agree_with_the_trained_model(
     native_run, tmp_path):
   _, model_dir = native_run

@@ -77,6 +77,7 @@ def test_learning_rate_matches_the_reference_schedule_for_any_batch(
   np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_both_l2_paths_give_the_same_loss_and_the_same_update():
   batch = (tf.random.stateless_uniform([2, 224, 224, 3], [1, 2], 0, 255)
            - input_pipeline.CHANNEL_MEANS, tf.constant([3, 999]))
@@ -145,6 +146,7 @@ def test_loss_scaled_step_updates_weights_like_an_unscaled_one():
   np.testing.assert_allclose(updates[1], updates[0], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_resnet_step_computes_in_bfloat16_with_float32_outputs():
   config = experiment(train_data={"global_batch_size": 1})
   config.override({"runtime": {"mixed_precision_dtype": "bfloat16"}})

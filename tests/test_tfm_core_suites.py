@@ -24,6 +24,7 @@ SUITES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(SUITES))
 def test_tfms_trainer_tests_pass_on_tfm_ext(module):
   proc = subprocess.run(
