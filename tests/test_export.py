@@ -107,14 +107,14 @@ def _accuracy(predict, batches):
 
 
 def test_launcher_exports_the_best_checkpoint_that_classifies_as_it_evaluated(
-    trained, model_dir, launch):
+    trained, model_dir, launch_forked):
   _, params, best = trained
   step = best["global_step"]
   assert step in (100, 200) and best["metrics"]["accuracy"] > 0.9
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-300")
 
-  run = launch("--experiment=digits_convnet", "--mode=export",
-               model_dir=model_dir)
+  run = launch_forked("--experiment=digits_convnet", "--mode=export",
+                      model_dir=model_dir)
 
   assert run.returncode == 0, run
   path = model_dir / "export" / str(step)
@@ -153,6 +153,22 @@ def test_without_a_best_checkpoint_the_latest_is_exported_once(
   assert f"export @ step 300 | {path} exists: not overwritten" in (
       capsys.readouterr().out)
   assert (path / "saved_model.pb").read_bytes() == pb
+
+
+def test_an_interrupted_exports_leftover_is_cleared_first(trained,
+                                                       model_dir):
+  shutil.rmtree(model_dir / "best_ckpt")
+  partial = model_dir / "export" / ".300.partial"
+  partial.mkdir(parents=True)
+  (partial / "left_by_a_killed_export").write_text("")
+
+  summary, _ = _run("export", model_dir, 300)
+
+  assert summary.status == "completed"
+  assert os.listdir(model_dir / "export") == ["300"]
+  assert sorted(os.listdir(model_dir / "export" / "300")) == [
+      "assets", "fingerprint.pb", "keras_metadata.pb", "saved_model.pb",
+      "variables"]
 
 
 def test_a_trainer_serving_png_bytes_classifies_the_raw_records(
