@@ -9,8 +9,10 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -31,8 +33,9 @@ SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"
 
 
 def _starts_processes(item) -> bool:
-  """Whether a test starts processes: `launch`, `start` or `subprocess`."""
-  if {"launch", "start"} & set(item.fixturenames):
+  """Whether a test starts processes: a launch fixture or `subprocess`."""
+  if {"launch", "start", "launch_forked", "start_forked"} & set(
+      item.fixturenames):
     return True
   codes = [item.function.__code__] if hasattr(item, "function") else []
   while codes:  # The test's code and the functions defined in it.
@@ -117,10 +120,11 @@ def launch(data_dir):
   return run
 
 
-# What each launcher script imports before `app.run`, for `launch_forked`.
+# What each launcher script imports before `app.run`, for the forked runs.
 SCRIPT_IMPORTS = {
     TRAIN: ("tfm_ext.launcher", "registry_imports"),
     DOUBLES_TRAIN: ("tfm_ext.launcher", "doubles"),
+    DOWNSTREAM_TRAIN: ("tfm_ext.launcher", "downstream_registry"),
 }
 FORKED_LAUNCHER = os.path.join(REPO, "tests", "forked_launcher.py")
 
@@ -148,15 +152,22 @@ class _ForkingLauncher:
       raise AssertionError(f"forked_launcher.py exited {self.proc.wait()}: "
                            f"{f.read()[-3000:]}")
 
-  def run(self, argv, env, timeout) -> subprocess.CompletedProcess:
-    self.runs += 1
-    out, err = (os.path.join(self.out_dir, f"{self.runs}.{name}")
-                for name in ("stdout", "stderr"))
-    self.proc.stdin.write(json.dumps({"argv": argv, "env": env or {},
-                                      "stdout": out, "stderr": err,
-                                      "timeout": timeout}) + "\n")
+  def request(self, **request):
+    self.proc.stdin.write(json.dumps(request) + "\n")
     self.proc.stdin.flush()
-    code = self._answer()["returncode"]
+    return self._answer()
+
+  def outputs(self):
+    """Paths for the next child's stdout and stderr."""
+    self.runs += 1
+    return (os.path.join(self.out_dir, f"{self.runs}.stdout"),
+            os.path.join(self.out_dir, f"{self.runs}.stderr"))
+
+  def run(self, argv, env, timeout) -> subprocess.CompletedProcess:
+    out, err = self.outputs()
+    pid = self.request(op="fork", argv=argv, env=env or {}, stdout=out,
+                       stderr=err)["pid"]
+    code = self.request(op="wait", pid=pid, timeout=timeout)["returncode"]
     with open(out) as o, open(err) as e:
       return subprocess.CompletedProcess(argv, code, o.read(), e.read())
 
@@ -165,29 +176,90 @@ class _ForkingLauncher:
     self.proc.wait(timeout=60)
 
 
-@pytest.fixture(scope="session")
-def launch_forked(data_dir, tmp_path_factory):
-  """`launch` for commands that end before training: refusals, `--list`.
+class _ForkedProcess:
+  """What the tests use of `subprocess.Popen`, for a forked launcher child.
 
-  Each command is a real process with its own exit status, stdout and
-  stderr, forked from one that imported the script's modules once per
-  session (tests/forked_launcher.py): about 5 s of CPU less a command.
-  What a fresh interpreter's start-up does (quiet imports, signals while
-  TensorFlow loads) stays with `launch` and `start`.
+  Its stdout is a FIFO, read as a pipe is; the launcher process reaps it
+  only when asked, so its pid stays the child's until `poll` or `wait`
+  sees it end.
   """
+
+  def __init__(self, launcher, argv, env):
+    self._launcher = launcher
+    self.args = argv
+    self.returncode = None
+    out, self._stderr = launcher.outputs()
+    os.mkfifo(out)
+    self.pid = launcher.request(op="fork", argv=argv, env=env or {},
+                                stdout=out, stderr=self._stderr)["pid"]
+    self.stdout = open(out)  # Once the child has opened it too.
+
+  def send_signal(self, sig):
+    if self.returncode is None:
+      os.kill(self.pid, sig)
+
+  def kill(self):
+    self.send_signal(signal.SIGKILL)
+
+  def poll(self):
+    if self.returncode is None:
+      self.returncode = self._launcher.request(
+          op="poll", pid=self.pid)["returncode"]
+    return self.returncode
+
+  def wait(self, timeout=None):
+    """The return code; the child is killed after `timeout` seconds."""
+    if self.returncode is None:
+      self.returncode = self._launcher.request(
+          op="wait", pid=self.pid, timeout=timeout)["returncode"]
+    return self.returncode
+
+  def communicate(self, timeout=None):
+    out = []
+    reader = threading.Thread(target=lambda: out.append(self.stdout.read()))
+    reader.start()  # Reads while the child runs, as a pipe must be.
+    self.wait(timeout)
+    reader.join()
+    self.stdout.close()
+    with open(self._stderr) as f:
+      return out[0], f.read()
+
+
+@pytest.fixture(scope="session")
+def _forking(data_dir, tmp_path_factory):
+  """The `_ForkingLauncher` of a script, started on first use."""
   launchers = {}
 
-  def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
+  def launcher(script):
     if script not in launchers:
       launchers[script] = _ForkingLauncher(
           script, data_dir, str(tmp_path_factory.mktemp("forked")))
-    proc = launchers[script].run([f"--model_dir={model_dir}", *args], env,
-                                 timeout)
+    return launchers[script]
+
+  yield launcher
+  for each in launchers.values():
+    each.close()
+
+
+@pytest.fixture(scope="session")
+def launch_forked(_forking):
+  """`launch`, for a run that is not about the interpreter's start-up.
+
+  Each command is a real process with its own exit status, stdout, stderr,
+  signals and files, forked from one that imported the script's modules
+  once per session and xdist worker (tests/forked_launcher.py): about 6.5 s
+  of CPU less a launch. A fresh interpreter's start-up (quiet imports,
+  signals while TensorFlow loads, the collector, time to the first step)
+  stays with `launch` and `start`, as do scripts that set devices up before
+  their imports.
+  """
+
+  def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
+    proc = _forking(script).run([f"--model_dir={model_dir}", *args], env,
+                                timeout)
     return Result(proc, str(model_dir))
 
-  yield run
-  for launcher in launchers.values():
-    launcher.close()
+  return run
 
 
 def built_once(tmp_path_factory, name, build) -> str:
@@ -214,11 +286,9 @@ def built_once(tmp_path_factory, name, build) -> str:
 class Running:
   """A launcher process in the background, its stdout read line by line."""
 
-  def __init__(self, cmd, env, model_dir):
+  def __init__(self, proc, model_dir):
     self.model_dir = str(model_dir)
-    self.proc = subprocess.Popen(cmd, env=env, cwd=REPO, text=True,
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
+    self.proc = proc
     self.lines = []
 
   def wait_for_line(self, predicate, timeout=120):
@@ -241,6 +311,13 @@ class Running:
                                               stdout, err), self.model_dir)
 
 
+def _stop(running):
+  for r in running:
+    if r.proc.poll() is None:
+      r.proc.kill()
+      r.proc.communicate()
+
+
 @pytest.fixture
 def start(data_dir):
   """Starts a launcher script in the background; returns a `Running`."""
@@ -248,14 +325,28 @@ def start(data_dir):
 
   def run(*args, model_dir, script=TRAIN, env=None):
     cmd, full_env = _command(args, model_dir, script, data_dir, env)
-    running.append(Running(cmd, full_env, model_dir))
+    running.append(Running(subprocess.Popen(
+        cmd, env=full_env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE), model_dir))
     return running[-1]
 
   yield run
-  for r in running:
-    if r.proc.poll() is None:
-      r.proc.kill()
-      r.proc.communicate()
+  _stop(running)
+
+
+@pytest.fixture
+def start_forked(_forking):
+  """`start`, forked as `launch_forked` is: for runs not about start-up."""
+  running = []
+
+  def run(*args, model_dir, script=TRAIN, env=None):
+    running.append(Running(_ForkedProcess(
+        _forking(script), [f"--model_dir={model_dir}", *args], env),
+                           model_dir))
+    return running[-1]
+
+  yield run
+  _stop(running)
 
 
 # This repository's experiments/ and registry_imports.py (not installed with

@@ -3,16 +3,24 @@
     python tests/forked_launcher.py SCRIPT MODULE...
 
 imports each MODULE (what SCRIPT imports: TensorFlow, TFM, the launcher,
-the registrations), prints one `forked_launcher: {...}` line, then reads one
-JSON request a line on stdin, `{"argv": [...], "env": {...}, "stdout":
-path, "stderr": path, "timeout": seconds}`. For each it forks a child that
-runs SCRIPT as `python SCRIPT ARGV...` would, its stdout and stderr going to
-those files, waits for it, and answers `forked_launcher: {"returncode":
-N}` (negative: killed by that signal, as `subprocess` says). Each command
-is its own process, with its own exit status, output and files; only the
-import, about 5 s of CPU a launch, is done once (`launch_forked` in
-conftest.py). For commands that end before training starts: the child
-inherits the imports, not a fresh interpreter's start-up.
+the registrations), with sys.argv and sys.path as `python SCRIPT` sets
+them, prints one `forked_launcher: {...}` line, then answers one JSON
+request a line on stdin with one such line:
+
+    {"op": "fork", "argv": [...], "env": {...}, "stdout": path,
+     "stderr": path}                      -> {"pid": N}
+    {"op": "wait", "pid": N, "timeout": seconds or null}
+                                          -> {"returncode": N}
+    {"op": "poll", "pid": N}              -> {"returncode": N or null}
+
+A forked child runs SCRIPT as `python SCRIPT ARGV...` would, with stdout
+and stderr going to those paths (a file, or a FIFO its reader opened);
+its return code reads as `subprocess` gives it (negative: the signal that
+ended it; `wait` kills it with SIGKILL after `timeout`). Each command is its
+own process, with its own exit status, output, signals and files; only the
+import, about 6.5 s of CPU a launch, is done once (`launch_forked` and
+`start_forked` in conftest.py). TensorFlow's runtime starts in the child:
+this process only imports.
 """
 
 import atexit
@@ -35,8 +43,10 @@ def _answer(record):
 
 def _child(script, request):
   """Runs `script` as `__main__` with the request's argv; never returns."""
-  for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+  for fd, path in ((0, os.devnull), (1, request["stdout"]),
+                   (2, request["stderr"])):
+    target = (os.open(path, os.O_RDONLY) if fd == 0 else
+              os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
     os.dup2(target, fd)
     os.close(target)
   os.environ.update(request.get("env") or {})
@@ -59,16 +69,27 @@ def _child(script, request):
   os._exit(code)  # pylint: disable=protected-access
 
 
-def _wait(pid, timeout):
-  deadline = time.monotonic() + timeout
-  while True:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-      return os.waitstatus_to_exitcode(status)
-    if time.monotonic() > deadline:
-      os.kill(pid, signal.SIGKILL)
-      return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    time.sleep(0.01)
+class _Children:
+  """The forked children, reaped only when asked: a pid stays theirs."""
+
+  def __init__(self):
+    self.returncodes = {}
+
+  def poll(self, pid):
+    if pid not in self.returncodes:
+      done, status = os.waitpid(pid, os.WNOHANG)
+      if done:
+        self.returncodes[pid] = os.waitstatus_to_exitcode(status)
+    return self.returncodes.get(pid)
+
+  def wait(self, pid, timeout):
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while self.poll(pid) is None:
+      if deadline is not None and time.monotonic() > deadline:
+        os.kill(pid, signal.SIGKILL)
+        deadline = None
+      time.sleep(0.01)
+    return self.returncodes[pid]
 
 
 def main(script, modules):
@@ -78,15 +99,22 @@ def main(script, modules):
   sys.path[0] = os.path.dirname(os.path.abspath(script))
   for module in modules:
     importlib.import_module(module)
+  children = _Children()
   _answer({"ready": os.getpid()})
   for line in sys.stdin:
     request = json.loads(line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-      _child(script, request)
-    _answer({"returncode": _wait(pid, request.get("timeout", 300))})
+    if request["op"] == "fork":
+      sys.stdout.flush()
+      sys.stderr.flush()
+      pid = os.fork()
+      if pid == 0:
+        _child(script, request)
+      _answer({"pid": pid})
+    elif request["op"] == "wait":
+      _answer({"returncode": children.wait(request["pid"],
+                                           request.get("timeout"))})
+    else:
+      _answer({"returncode": children.poll(request["pid"])})
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def test_resume_with_changed_batch_or_optimizer_is_refused_with_diff(
 
 @pytest.mark.slow
 def test_harmless_changes_resume_and_override_flag_forces(
-    run_in_process, launch, tmp_path):
+    run_in_process, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
   first, _ = run_in_process("digits_convnet", "train", model_dir, SMOKE)
   assert first.status == "completed", first
@@ -49,9 +49,10 @@ def test_harmless_changes_resume_and_override_flag_forces(
       "trainer.summary_interval=20,trainer.steps_per_loop=20")
   assert longer.status == "completed", longer
   assert longer.global_step == 60
-  forced = launch(EXP, "--mode=train", "--allow_config_change",
-                  f"--params_override={SMOKE},trainer.train_steps=80,"
-                  "task.train_data.global_batch_size=32", model_dir=model_dir)
+  forced = launch_forked(EXP, "--mode=train", "--allow_config_change",
+                         f"--params_override={SMOKE},trainer.train_steps=80,"
+                         "task.train_data.global_batch_size=32",
+                         model_dir=model_dir)
   assert forced.returncode == 0, forced
   assert forced.summary()["global_step"] == 80
   assert "global_batch_size: 32" in (model_dir / "params.yaml").read_text()

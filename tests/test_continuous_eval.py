@@ -24,12 +24,12 @@ def ledger(model_dir):
 
 @pytest.mark.slow
 def test_evaluator_beside_trainer_evaluates_each_checkpoint_once(
-    start, launch, tmp_path):
+    start_forked, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
-  evaluator = start(TRAIN_ARGS[0], "--mode=continuous_eval", TRAIN_ARGS[1],
-                    model_dir=model_dir)
-  trainer = launch(TRAIN_ARGS[0], "--mode=train", TRAIN_ARGS[1],
-                   model_dir=model_dir)
+  evaluator = start_forked(TRAIN_ARGS[0], "--mode=continuous_eval",
+                           TRAIN_ARGS[1], model_dir=model_dir)
+  trainer = launch_forked(TRAIN_ARGS[0], "--mode=train", TRAIN_ARGS[1],
+                          model_dir=model_dir)
   trainer_done = time.monotonic()
   assert trainer.returncode == 0, trainer
   evaluated = evaluator.finish(timeout=120)
@@ -52,15 +52,15 @@ def test_evaluator_beside_trainer_evaluates_each_checkpoint_once(
     assert json.load(f)["checkpoints"]
 
   # A restarted evaluator finds everything done and evaluates nothing again.
-  again = launch(TRAIN_ARGS[0], "--mode=continuous_eval", TRAIN_ARGS[1],
-                 model_dir=model_dir)
+  again = launch_forked(TRAIN_ARGS[0], "--mode=continuous_eval", TRAIN_ARGS[1],
+                        model_dir=model_dir)
   assert again.returncode == 0, again
   assert ledger(model_dir) == entries  # Not one record rewritten.
   assert "eval @" not in again.stdout
 
 
 def test_checkpoint_deleted_before_it_was_read_is_skipped(
-    run_in_process, launch, tmp_path):
+    run_in_process, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
   trained, _ = run_in_process(
       "digits_convnet", "train", model_dir,
@@ -72,9 +72,9 @@ def test_checkpoint_deleted_before_it_was_read_is_skipped(
   for name in os.listdir(model_dir):
     if name.startswith("ckpt-20."):
       os.remove(model_dir / name)
-  run = launch(TRAIN_ARGS[0], "--mode=continuous_eval",
-               "--params_override=trainer.train_steps=40",
-               model_dir=model_dir)
+  run = launch_forked(TRAIN_ARGS[0], "--mode=continuous_eval",
+                      "--params_override=trainer.train_steps=40",
+                      model_dir=model_dir)
   assert run.returncode == 0, run
   assert "ckpt-20 vanished before it was evaluated" in run.stderr, run
   assert "Logging error" not in run.stderr
@@ -96,7 +96,7 @@ def test_no_trainer_and_no_checkpoint_waits_timeout_then_exits(
 
 
 def test_a_training_run_clears_a_stale_training_complete_marker(
-    start, tmp_path):
+    start_forked, tmp_path):
   """An evaluator beside an extended or resumed run must not stop at once.
 
   A marker left by an earlier run (final step 20) would tell it that no
@@ -106,11 +106,12 @@ def test_a_training_run_clears_a_stale_training_complete_marker(
   model_dir.mkdir()
   continuous_eval.mark_training_complete(str(model_dir), 20)
   assert continuous_eval.training_complete_step(str(model_dir)) == 20
-  trainer = start("--experiment=digits_convnet", "--mode=train",
-                  "--params_override=trainer.train_steps=100000,"
-                  "trainer.steps_per_loop=10,trainer.summary_interval=10,"
-                  "trainer.checkpoint_interval=100000",
-                  model_dir=model_dir)
+  trainer = start_forked("--experiment=digits_convnet", "--mode=train",
+                         "--params_override=trainer.train_steps=100000,"
+                         "trainer.steps_per_loop=10,"
+                         "trainer.summary_interval=10,"
+                         "trainer.checkpoint_interval=100000",
+                         model_dir=model_dir)
   trainer.wait_for_line(lambda l: l.startswith("step "))
   assert trainer.proc.poll() is None  # Still training.
   assert continuous_eval.training_complete_step(str(model_dir)) is None

@@ -421,7 +421,7 @@ def test_sigterm_during_start_up_exits_42_with_nothing_to_save(
 
 
 def test_sigterm_to_an_evaluator_exits_42_saying_it_saved_nothing(
-    start, model_dir):
+    start_forked, model_dir):
   # The trainer is (as far as the evaluator knows) still running: its
   # params.yaml says 8 steps, and it has not marked training complete.
   params = os.path.join(model_dir, "params.yaml")
@@ -433,8 +433,8 @@ def test_sigterm_to_an_evaluator_exits_42_saying_it_saved_nothing(
   os.remove(os.path.join(model_dir, "eval_ledger", "ckpt-6.json"))
   checkpoints = sorted(n for n in os.listdir(model_dir)
                        if n.startswith("ckpt-"))
-  job = start(f"--experiment={EXP}", "--mode=continuous_eval",
-              model_dir=model_dir)
+  job = start_forked(f"--experiment={EXP}", "--mode=continuous_eval",
+                     model_dir=model_dir)
   job.wait_for_line(lambda l: l.startswith("eval @ step 6"))
   job.proc.send_signal(signal.SIGTERM)
   run = job.finish()

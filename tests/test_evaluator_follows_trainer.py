@@ -17,22 +17,18 @@ WARNING = "Value in checkpoint could not be found"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, data_dir):
+def trained(tmp_path_factory, launch_forked):
   """A model_dir trained by `eval_marking` for 30 steps (--mode=train).
 
   Trained once a session; each test evaluates a copy.
   """
-  import subprocess  # pylint: disable=g-import-not-at-top
-  from conftest import _command  # pylint: disable=g-import-not-at-top
 
   def train(model_dir):
-    cmd, env = _command(("--experiment=digits_convnet", "--mode=train",
-                         "--trainer=eval_marking",
-                         f"--params_override={TRAINED}"),
-                        model_dir, DOUBLES_TRAIN, data_dir, None)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                        "--trainer=eval_marking",
+                        f"--params_override={TRAINED}", model_dir=model_dir,
+                        script=DOUBLES_TRAIN)
+    assert run.returncode == 0, run
 
   return built_once(tmp_path_factory, "evaluator_follows_trained", train)
 
@@ -50,11 +46,12 @@ def copy_of(model_dir, tmp_path):
 
 
 def test_continuous_eval_runs_the_trainers_trainer_and_keeps_its_summary(
-    launch, trained, tmp_path):
+    launch_forked, trained, tmp_path):
   model_dir = copy_of(trained, tmp_path)
   before = read(model_dir, "run_summary.json")
-  result = launch("--experiment=digits_convnet", "--mode=continuous_eval",
-                  model_dir=model_dir, script=DOUBLES_TRAIN)
+  result = launch_forked("--experiment=digits_convnet",
+                         "--mode=continuous_eval", model_dir=model_dir,
+                         script=DOUBLES_TRAIN)
   assert result.returncode == 0, result
   evaluated = read(model_dir, "eval_summary.json")
   assert evaluated["mode"] == "continuous_eval"
@@ -69,11 +66,11 @@ def test_continuous_eval_runs_the_trainers_trainer_and_keeps_its_summary(
   assert WARNING not in result.stderr
 
 
-def test_eval_may_change_evaluation_fields(launch, trained, tmp_path):
+def test_eval_may_change_evaluation_fields(launch_forked, trained, tmp_path):
   model_dir = copy_of(trained, tmp_path)
-  result = launch("--experiment=digits_convnet", "--mode=eval",
-                  "--params_override=trainer.validation_steps=1",
-                  model_dir=model_dir, script=DOUBLES_TRAIN)
+  result = launch_forked("--experiment=digits_convnet", "--mode=eval",
+                         "--params_override=trainer.validation_steps=1",
+                         model_dir=model_dir, script=DOUBLES_TRAIN)
   assert result.returncode == 0, result
   evaluated = read(model_dir, "eval_summary.json")
   assert evaluated["trainer"] == "eval_marking"
@@ -105,14 +102,16 @@ def test_an_evaluator_refuses_to_change_the_trainers_config(
 
 @pytest.mark.slow
 def test_an_evaluator_started_before_its_trainer_follows_it(
-    start, launch, tmp_path):
+    start_forked, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
-  evaluator = start("--experiment=digits_convnet", "--mode=continuous_eval",
-                    model_dir=model_dir, script=DOUBLES_TRAIN)
+  evaluator = start_forked("--experiment=digits_convnet",
+                           "--mode=continuous_eval", model_dir=model_dir,
+                           script=DOUBLES_TRAIN)
   evaluator.wait_for_line(lambda l: l.startswith("waiting up to"))
-  trainer = launch("--experiment=digits_convnet", "--mode=train",
-                   "--trainer=eval_marking", f"--params_override={TRAINED}",
-                   model_dir=model_dir, script=DOUBLES_TRAIN)
+  trainer = launch_forked("--experiment=digits_convnet", "--mode=train",
+                          "--trainer=eval_marking",
+                          f"--params_override={TRAINED}",
+                          model_dir=model_dir, script=DOUBLES_TRAIN)
   assert trainer.returncode == 0, trainer
   evaluated = evaluator.finish(timeout=120)
   assert evaluated.returncode == 0, evaluated

@@ -47,19 +47,14 @@ def interrupt(start, model_dir, script, run_args, line_pattern, sig):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, data_dir):
+def uninterrupted(tmp_path_factory, launch_forked):
   """The reference: the same run, never interrupted (single device).
 
   Run once a session; the tests only read its checkpoint.
   """
-  from conftest import _command, Result  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
 
   def run(model_dir):
-    cmd, env = _command(args(), model_dir, DOUBLES_TRAIN, data_dir, None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          timeout=300)
-    result = Result(proc, model_dir)
+    result = launch_forked(*args(), model_dir=model_dir, script=DOUBLES_TRAIN)
     assert result.returncode == 0, result
     assert result.summary()["deterministic"] is True
     assert result.summary()["input_in_checkpoint"] is True
@@ -71,19 +66,19 @@ def uninterrupted(tmp_path_factory, data_dir):
 
 @pytest.mark.slow
 def test_killed_at_random_steps_and_resumed_is_bitwise_identical(
-    uninterrupted, start, launch, tmp_path):
+    uninterrupted, start_forked, launch_forked, tmp_path):
   rng = random.Random(time.time())
   mid_epoch = rng.choice([20, 30, 40])  # An epoch is 22.45 steps.
   late = rng.choice([110, 120, 130])
   model_dir = tmp_path / "interrupted"
   run_args = args()
-  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
+  interrupt(start_forked, model_dir, DOUBLES_TRAIN, run_args,
             rf"step {mid_epoch}/", signal.SIGKILL)
-  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
+  interrupt(start_forked, model_dir, DOUBLES_TRAIN, run_args,
             r"eval begins @ step (50|100)", signal.SIGKILL)
-  interrupt(start, model_dir, DOUBLES_TRAIN, run_args,
+  interrupt(start_forked, model_dir, DOUBLES_TRAIN, run_args,
             rf"step {late}/", signal.SIGTERM)
-  final = launch(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
+  final = launch_forked(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert final.summary()["resumes"] >= 2
   assert differing(uninterrupted, model_dir) == [], (mid_epoch, late)
@@ -91,13 +86,13 @@ def test_killed_at_random_steps_and_resumed_is_bitwise_identical(
 
 @pytest.mark.slow
 def test_without_iterator_state_a_resume_is_not_exact(
-    uninterrupted, start, launch, tmp_path):
+    uninterrupted, start_forked, launch_forked, tmp_path):
   """The check above can fail: leaving the iterator out breaks exactness."""
   model_dir = tmp_path / "no_iterator"
   run_args = args("trainer.checkpoint_input_iterator=false")
-  interrupt(start, model_dir, DOUBLES_TRAIN, run_args, r"step 30/",
+  interrupt(start_forked, model_dir, DOUBLES_TRAIN, run_args, r"step 30/",
             signal.SIGKILL)
-  final = launch(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
+  final = launch_forked(*run_args, model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert final.summary()["input_in_checkpoint"] is False
   assert differing(uninterrupted, model_dir)
@@ -105,27 +100,27 @@ def test_without_iterator_state_a_resume_is_not_exact(
 
 @pytest.mark.slow
 def test_one_replica_mirror_and_no_strategy_are_the_same_run(
-    start, launch, tmp_path):
+    start_forked, launch_forked, tmp_path):
   """`mirrored` on one CPU builds no strategy: the same data and math, bit
   for bit, as TFM's one-replica mirror, and it resumes the mirror's
   checkpoints. Without dropout: under a strategy, Keras's generator-backed
   dropout draws from a per-replica stream, so its masks differ. The resumed
   run's tf.data pool has another size too: the data stay the same."""
   no_dropout = "task.model.dropout_rate=0.0"
-  reference = launch(*args(no_dropout), model_dir=tmp_path / "none",
-                     script=DOUBLES_TRAIN)
+  reference = launch_forked(*args(no_dropout), model_dir=tmp_path / "none",
+                            script=DOUBLES_TRAIN)
   assert reference.returncode == 0, reference
   assert strategy(reference) == ("none", 1)
   model_dir = tmp_path / "mirror_then_none"
-  stopped = interrupt(start, model_dir, DOUBLES_TRAIN,
+  stopped = interrupt(start_forked, model_dir, DOUBLES_TRAIN,
                       args(no_dropout, "runtime.mirror_one_device=true"),
                       r"step 70/", signal.SIGTERM)
   assert strategy(stopped) == ("MirroredStrategy", 1)
   # A private pool, where the default is tf.data's own.
   threads = 2
-  final = launch(*args(no_dropout,
-                       f"runtime.dataset_num_private_threads={threads}"),
-                 model_dir=model_dir, script=DOUBLES_TRAIN)
+  final = launch_forked(*args(no_dropout,
+                              f"runtime.dataset_num_private_threads={threads}"),
+                        model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
   assert strategy(final) == ("none", 1)
   assert reference.summary()["input_threads"] != threads

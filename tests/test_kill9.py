@@ -39,7 +39,7 @@ def assert_restorable(model_dir):
 
 @pytest.mark.slow
 def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
-    start, launch, tmp_path):
+    start, launch_forked, tmp_path):
   rng = random.Random(int(time.time()))
   model_dir = str(tmp_path / "m")
   kills = []
@@ -63,7 +63,7 @@ def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
   assert len(kills) >= TRIALS or time.monotonic() > deadline, kills
   print("kills (phase, seconds into it, latest checkpoint):", kills)
 
-  final = launch(*ARGS, model_dir=model_dir)
+  final = launch_forked(*ARGS, model_dir=model_dir)
   assert final.returncode == 0, (kills, final)
   summary = final.summary()
   assert summary["global_step"] == STEPS

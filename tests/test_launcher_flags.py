@@ -164,10 +164,10 @@ def test_help_lists_the_launcher_flags_and_tfm(launch_forked, tmp_path):
 
 
 def test_async_checkpointing_run_saves_checkpoints_a_resume_restores(
-    launch, run_in_process, tmp_path):
-  run = launch("--experiment=digits_convnet", "--mode=train",
-               f"--params_override={SMOKE}", "--enable_async_checkpointing",
-               model_dir=tmp_path / "m")
+    launch_forked, run_in_process, tmp_path):
+  run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                      f"--params_override={SMOKE}",
+                      "--enable_async_checkpointing", model_dir=tmp_path / "m")
   assert run.returncode == 0, run
   assert run.summary()["global_step"] == 40
   with open(os.path.join(run.model_dir, "logs", "tfm_ext.INFO")) as f:

@@ -1,4 +1,8 @@
-"""Every mode of the launcher, end to end on digits_convnet, in subprocesses."""
+"""Every mode of the launcher, end to end on digits_convnet, in subprocesses.
+
+The default run starts a fresh interpreter; the others are forked from one
+that imported the launcher (`launch_forked`).
+"""
 
 import glob
 import hashlib
@@ -49,10 +53,10 @@ def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_then_eval_then_continuous_eval(launch, tmp_path):
+def test_train_then_eval_then_continuous_eval(launch_forked, tmp_path):
   model_dir = tmp_path / "m"
-  train = launch("--experiment=digits_convnet", "--mode=train",
-                 f"--params_override={SMOKE}", model_dir=model_dir)
+  train = launch_forked("--experiment=digits_convnet", "--mode=train",
+                        f"--params_override={SMOKE}", model_dir=model_dir)
   assert train.returncode == 0, train
   assert train.summary()["global_step"] == 40
   assert train.summary()["eval_metrics"] == {}
@@ -62,8 +66,8 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
       "ckpt-20.index", "ckpt-40.index"]
   params_hash = _read(model_dir / "params.yaml")
 
-  evaluate = launch("--experiment=digits_convnet", "--mode=eval",
-                    f"--params_override={SMOKE}", model_dir=model_dir)
+  evaluate = launch_forked("--experiment=digits_convnet", "--mode=eval",
+                           f"--params_override={SMOKE}", model_dir=model_dir)
   assert evaluate.returncode == 0, evaluate
   # An evaluator keeps its own record; training's stays as it was.
   summary = evaluate.summary("eval_summary.json")
@@ -74,8 +78,9 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   assert (model_dir / "operative_config.eval.gin").exists()
 
   start = time.monotonic()
-  continuous = launch("--experiment=digits_convnet", "--mode=continuous_eval",
-                      f"--params_override={SMOKE}", model_dir=model_dir)
+  continuous = launch_forked("--experiment=digits_convnet",
+                             "--mode=continuous_eval",
+                             f"--params_override={SMOKE}", model_dir=model_dir)
   assert continuous.returncode == 0, continuous
   # The final checkpoint exists, so it must not wait for the 60 s timeout.
   assert time.monotonic() - start < 45
@@ -85,9 +90,11 @@ def test_train_then_eval_then_continuous_eval(launch, tmp_path):
   assert _read(model_dir / "params.yaml") == params_hash
 
 
-def test_train_and_post_eval_evaluates_once_after_training(launch, tmp_path):
-  run = launch("--experiment=digits_convnet", "--mode=train_and_post_eval",
-               f"--params_override={SMOKE}", model_dir=tmp_path / "m")
+def test_train_and_post_eval_evaluates_once_after_training(launch_forked,
+                                                           tmp_path):
+  run = launch_forked("--experiment=digits_convnet",
+                      "--mode=train_and_post_eval",
+                      f"--params_override={SMOKE}", model_dir=tmp_path / "m")
   assert run.returncode == 0, run
   assert run.summary()["global_step"] == 40
   assert "accuracy" in run.summary()["eval_metrics"]

@@ -47,9 +47,9 @@ def start_workers(start, model_dir, ports, override=MULTI):
 
 @pytest.mark.slow
 def test_two_workers_train_like_one_worker_and_only_chief_writes(
-    start, launch, tmp_path):
-  single = launch(*ARGS, f"--params_override={OVERRIDE}",
-                  model_dir=tmp_path / "single", script=DOUBLES_TRAIN)
+    start, launch_forked, tmp_path):
+  single = launch_forked(*ARGS, f"--params_override={OVERRIDE}",
+                         model_dir=tmp_path / "single", script=DOUBLES_TRAIN)
   assert single.returncode == 0, single
 
   model_dir = tmp_path / "multi"

@@ -33,9 +33,9 @@ def _summary_steps(model_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_at_current_step_exits_42_and_relaunch_resumes(
-    start, launch, tmp_path, sig):
+    start_forked, launch_forked, tmp_path, sig):
   model_dir = tmp_path / "m"
-  job = start(*RUN, model_dir=model_dir)
+  job = start_forked(*RUN, model_dir=model_dir)
   last = job.wait_for_line(lambda l: l.startswith("step ") and _step(l) >= 50)
   job.proc.send_signal(sig)
   run = job.finish()
@@ -49,7 +49,7 @@ def test_signal_saves_at_current_step_exits_42_and_relaunch_resumes(
   assert summary["global_step"] == saved
   assert saved in _summary_steps(model_dir)  # That loop's summary flushed.
 
-  relaunch = launch(*RUN, model_dir=model_dir)
+  relaunch = launch_forked(*RUN, model_dir=model_dir)
   assert relaunch.returncode == 0, relaunch
   summary = relaunch.summary()
   assert summary["status"] == "completed"
@@ -59,13 +59,15 @@ def test_signal_saves_at_current_step_exits_42_and_relaunch_resumes(
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-400")
 
 
-def test_transient_error_rebuilds_and_resumes_in_process(launch, tmp_path):
-  run = launch("--experiment=digits_convnet", "--mode=train", "--trainer=flaky",
-               "--restart_backoff_seconds=0.1",
-               "--params_override=trainer.train_steps=60,"
-               "trainer.steps_per_loop=10,trainer.checkpoint_interval=10",
-               model_dir=tmp_path / "m", script=DOUBLES_TRAIN,
-               env={"FLAKY_AT_STEP": "30"})
+def test_transient_error_rebuilds_and_resumes_in_process(launch_forked,
+                                                         tmp_path):
+  run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                      "--trainer=flaky", "--restart_backoff_seconds=0.1",
+                      "--params_override=trainer.train_steps=60,"
+                      "trainer.steps_per_loop=10,"
+                      "trainer.checkpoint_interval=10",
+                      model_dir=tmp_path / "m", script=DOUBLES_TRAIN,
+                      env={"FLAKY_AT_STEP": "30"})
   assert run.returncode == 0, run
   assert ("restart 1/3 after UnavailableError: injected: a peer became "
           "unavailable" in run.stdout), run
@@ -77,24 +79,26 @@ def test_transient_error_rebuilds_and_resumes_in_process(launch, tmp_path):
   assert summary["resumes"] == 1
 
 
-def test_transient_errors_beyond_max_restarts_fail(launch, tmp_path):
-  run = launch("--experiment=digits_convnet", "--mode=train", "--trainer=flaky",
-               "--max_restarts=0",
-               "--params_override=trainer.train_steps=40,trainer.steps_per_loop=10",
-               model_dir=tmp_path / "m", script=DOUBLES_TRAIN)
+def test_transient_errors_beyond_max_restarts_fail(launch_forked, tmp_path):
+  run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                      "--trainer=flaky", "--max_restarts=0",
+                      "--params_override=trainer.train_steps=40,"
+                      "trainer.steps_per_loop=10",
+                      model_dir=tmp_path / "m", script=DOUBLES_TRAIN)
   assert run.returncode != 0
   assert "UnavailableError" in run.stderr and "Traceback" in run.stderr
 
 
 @pytest.mark.slow
 def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
-    launch, tmp_path):
+    launch_forked, tmp_path):
   model_dir = tmp_path / "m"
   override = ("--params_override=trainer.train_steps=60,"
               "trainer.checkpoint_interval=10,task.nan_at_step=25,"
               "trainer.steps_per_loop=")
-  run = launch("--experiment=digits_nan", "--mode=train", override + "10",
-               model_dir=model_dir, script=DOUBLES_TRAIN)
+  run = launch_forked("--experiment=digits_nan", "--mode=train",
+                      override + "10", model_dir=model_dir,
+                      script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "not finite (NaN or inf) in steps 21-30 (one loop)" in run.stderr, run
   assert "trainer.steps_per_loop=1" in run.stderr
@@ -106,17 +110,17 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
       assert np.isfinite(value).all(), name
   assert run.summary()["status"] == "failed"
   # As the message says: one step a loop from the last checkpoint.
-  run = launch("--experiment=digits_nan", "--mode=train", override + "1",
-               model_dir=model_dir, script=DOUBLES_TRAIN)
+  run = launch_forked("--experiment=digits_nan", "--mode=train", override + "1",
+                      model_dir=model_dir, script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "not finite (NaN or inf) at step 25." in run.stderr, run
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
   # Without the input position in the checkpoint, the message says so.
-  run = launch("--experiment=digits_nan", "--mode=train",
-               override.replace("--params_override=",
-                                "--params_override=trainer.checkpoint_input_"
-                                "iterator=false,") + "10",
-               model_dir=tmp_path / "no_iterator", script=DOUBLES_TRAIN)
+  run = launch_forked("--experiment=digits_nan", "--mode=train",
+                      override.replace(
+                          "--params_override=", "--params_override="
+                          "trainer.checkpoint_input_iterator=false,") + "10",
+                      model_dir=tmp_path / "no_iterator", script=DOUBLES_TRAIN)
   assert run.returncode == 3, run
   assert "in steps 21-30 (one loop)" in run.stderr, run
   assert "a resumed run may read other batches" in run.stderr, run
@@ -124,7 +128,7 @@ def test_nan_loss_names_its_loop_then_its_step_and_keeps_last_checkpoint(
 
 @pytest.mark.slow
 def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
-    launch, tmp_path, data_dir):
+    launch_forked, tmp_path, data_dir):
   from experiments import digits_convnet  # pylint: disable=g-import-not-at-top
   source = digits_convnet.bundled_tfrecords("train")
   data = bytearray(open(source, "rb").read())
@@ -135,7 +139,8 @@ def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
           f"--params_override=task.train_data.input_path={good},"
           "trainer.train_steps={steps},trainer.steps_per_loop=10,"
           "trainer.checkpoint_interval=10")
-  first = launch(*args[:2], args[2].format(steps=20), model_dir=model_dir)
+  first = launch_forked(*args[:2], args[2].format(steps=20),
+                        model_dir=model_dir)
   assert first.returncode == 0, first
 
   middle = len(data) // 2
@@ -144,7 +149,8 @@ def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
   # The resumed iterator first drains its restored shuffle buffer (the whole
   # split), so the corrupt file is read again within the next epoch: run
   # long enough (3,200 more examples) to get there.
-  second = launch(*args[:2], args[2].format(steps=70), model_dir=model_dir)
+  second = launch_forked(*args[:2], args[2].format(steps=70),
+                         model_dir=model_dir)
   assert second.returncode == 3, second
   assert "Input data is corrupt" in second.stderr, second
   assert "Traceback" not in second.stderr
