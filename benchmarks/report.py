@@ -156,7 +156,11 @@ def machine_section(results: Results, title: str) -> str:
                                     if m["uncommitted_changes"] else "")),
           ("date", m["date"]),
           ("run time", f"{results['seconds'] / 60:.1f} min"
-           + MODES[_mode(results)]),
+           + MODES[_mode(results)]
+           + (f" (`--repeats={results['repeats']}`)"
+              if results.get("repeats") else "")
+           + (f"; **stopped before** {', '.join(results['not_run'])}"
+              if results.get("not_run") else "")),
           ("conditions", "idle, and loaded: "
            f"{next(iter(busy.values()))['busy_cores']} of {m['cores']} cores "
            "kept busy by other processes (a Python busy loop each) while "
@@ -479,7 +483,10 @@ def render(full: Optional[Results], quick: Optional[Results] = None,
     sections += [
         machine_section(full, "## The full run: machine and code"),
         targets_section(full, prefix), defaults_section(full, prefix),
-        training_section(full), pipelines_section(full),
-        flops_section(full), checkpoint_section(full)]
+        training_section(full)]
+    # A run stopped part-way has the scripts it finished.
+    sections += [section(full) for section, script in (
+        (pipelines_section, "input_pipelines"), (flops_section, "flops"),
+        (checkpoint_section, "checkpoint_cost")) if script in full]
   sections.append(gpu_section(gpu))
   return "\n".join(sections)

@@ -2,6 +2,7 @@
 
     python benchmarks/run_all.py --quick    # the headline, at most 10 minutes
     python benchmarks/run_all.py            # everything, for releases
+    python benchmarks/run_all.py --repeats=2   # everything, fewer repeats
     python benchmarks/run_all.py --smoke    # tiny sizes: checks that it runs
 
 Every figure is taken in two conditions: `idle`, and `loaded`, with half
@@ -18,7 +19,11 @@ The full run writes `results.json`: `training_loops.py` (which starts one
 process per measured run and interleaves the conditions), `flops.py` (on
 the training loops' ResNet50 figures, idle), then `input_pipelines.py`,
 `checkpoint_cost.py`, `loop_costs.py` and `startup.py`, each idle and then
-loaded. `--smoke` writes to a scratch directory unless `--out_dir` is given.
+loaded. `--repeats=N` runs the training loops N times instead of 5, for a
+machine where the full run would take hours; `results.json` records it.
+`results.json` is written again after each script, so a run stopped
+part-way keeps what it measured. `--smoke` writes to a scratch directory
+unless `--out_dir` is given.
 `--render=DIR` only renders `DIR/RESULTS.md` again from the results there
 (`results.json`, `quick_results.json`, `gpu_results.json`, each if present).
 """
@@ -29,7 +34,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,19 +60,29 @@ def _run_one(name: str, argv, results, condition: str) -> None:
   _common.run_child([_common.python(), *argv], timeout=3600, echo=True)
 
 
-def run(mode: str, scratch: str) -> Dict[str, Any]:
+def run(mode: str, scratch: str, repeats: Optional[int] = None,
+        save: Callable[[Dict[str, Any]], None] = lambda results: None
+        ) -> Dict[str, Any]:
   """Runs the mode's benchmarks; returns their results, idle and `loaded`.
+
+  `repeats`: the training loops' (None: the mode's). `save` gets the
+  results so far after each script.
   """
   results = {"machine": _common.machine(), "mode": mode,
              "available_cores_before": {}, "loaded": {}}
+  if repeats:
+    results["repeats"] = repeats
   start = time.time()
-  for name in BENCHMARKS[:1] if mode == "quick" else BENCHMARKS:
+  names = BENCHMARKS[:1] if mode == "quick" else BENCHMARKS
+  for i, name in enumerate(names):
     out = os.path.join(scratch, f"{name}.json")
     argv = [_common.script(f"{name}.py"), f"--out={out}"]
     if mode == "quick":
       argv.append("--headline")
     elif mode == "smoke":
       argv.append("--smoke")
+    if repeats and name == "training_loops":
+      argv.append(f"--repeats={repeats}")
     if name == "flops":
       argv.append(f"--training_loops={os.path.join(scratch, 'training_loops.json')}")
     _run_one(name, argv, results, "idle and loaded, interleaved"
@@ -82,7 +97,9 @@ def run(mode: str, scratch: str) -> Dict[str, Any]:
       _run_one(name, argv + [f"--busy={busy}"], results, "loaded")
       with open(out) as f:
         results["loaded"][name] = json.load(f)
-  results["seconds"] = time.time() - start
+    results["seconds"] = time.time() - start
+    results["not_run"] = list(names[i + 1:])  # Until the run ends.
+    save(results)
   return results
 
 
@@ -116,6 +133,9 @@ def main(argv=None) -> None:
   modes.add_argument("--render", metavar="DIR",
                      help="Only render DIR/RESULTS.md from the results "
                      "there.")
+  parser.add_argument("--repeats", type=int, help="Runs of each training "
+                      "loop variant (default: the mode's; the full run's 5 "
+                      "take hours on a slow machine).")
   parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
                       "go (default: benchmarks/, or a scratch directory "
                       "with --smoke).")
@@ -127,10 +147,11 @@ def main(argv=None) -> None:
   out_dir = args.out_dir or (
       os.path.join(tempfile.gettempdir(), "tfm_ext_benchmarks_smoke")
       if mode == "smoke" else os.path.join(_common.REPO, "benchmarks"))
-  with tempfile.TemporaryDirectory() as scratch:
-    results = run(mode, scratch)
   os.makedirs(out_dir, exist_ok=True)
-  _common.write_json(os.path.join(out_dir, FILES[mode]), results)
+  path = os.path.join(out_dir, FILES[mode])
+  with tempfile.TemporaryDirectory() as scratch:
+    run(mode, scratch, args.repeats,
+        save=lambda results: _common.write_json(path, results))
   render(out_dir)
 
 

@@ -344,6 +344,21 @@ def test_machine_table_names_runs_far_below_their_median():
   assert fields["the machine"].startswith("**shared with other work")
 
 
+def test_a_run_stopped_part_way_renders_what_it_measured_and_says_so():
+  results = _results()
+  for name in ("input_pipelines", "checkpoint_cost", "loop_costs", "startup"):
+    del results[name]
+  results.update(mode="full", repeats=2,
+                 not_run=["input_pipelines", "checkpoint_cost", "loop_costs",
+                          "startup"])
+  text = report.render(results)
+  assert _fields(text)["run time"] == (
+      "1.0 min (`--repeats=2`); **stopped before** input_pipelines, "
+      "checkpoint_cost, loop_costs, startup")
+  assert 'id="default-input-pool"' in text
+  assert 'id="default-nan-check"' not in text
+
+
 def test_results_md_is_the_rendering_of_the_results_files():
   folder = os.path.join(REPO, "benchmarks")
   with open(os.path.join(folder, "RESULTS.md")) as f:
