@@ -157,8 +157,8 @@ def machine_section(results: Results, title: str) -> str:
           ("date", m["date"]),
           ("run time", f"{results['seconds'] / 60:.1f} min"
            + MODES[_mode(results)]
-           + (f" (`--repeats={results['repeats']}`)"
-              if results.get("repeats") else "")
+           + "".join(f" (`--{flag}={results[flag]}`)"
+                     for flag in ("repeats", "variants") if results.get(flag))
            + (f"; **stopped before** {', '.join(results['not_run'])}"
               if results.get("not_run") else "")),
           ("conditions", "idle, and loaded: "

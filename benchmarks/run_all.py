@@ -3,6 +3,7 @@
     python benchmarks/run_all.py --quick    # the headline, at most 10 minutes
     python benchmarks/run_all.py            # everything, for releases
     python benchmarks/run_all.py --repeats=2   # everything, fewer repeats
+    python benchmarks/run_all.py --variants=ours,stock_tfm,...  # fewer loops
     python benchmarks/run_all.py --smoke    # tiny sizes: checks that it runs
 
 Every figure is taken in two conditions: `idle`, and `loaded`, with half
@@ -20,7 +21,8 @@ process per measured run and interleaves the conditions), `flops.py` (on
 the training loops' ResNet50 figures, idle), then `input_pipelines.py`,
 `checkpoint_cost.py`, `loop_costs.py` and `startup.py`, each idle and then
 loaded. `--repeats=N` runs the training loops N times instead of 5, for a
-machine where the full run would take hours; `results.json` records it.
+machine where the full run would take hours, and `--variants` only the
+training loop variants named; `results.json` records both.
 `results.json` is written again after each script, so a run stopped
 part-way keeps what it measured. `--smoke` writes to a scratch directory
 unless `--out_dir` is given.
@@ -61,17 +63,20 @@ def _run_one(name: str, argv, results, condition: str) -> None:
 
 
 def run(mode: str, scratch: str, repeats: Optional[int] = None,
+        variants: Optional[str] = None,
         save: Callable[[Dict[str, Any]], None] = lambda results: None
         ) -> Dict[str, Any]:
   """Runs the mode's benchmarks; returns their results, idle and `loaded`.
 
-  `repeats`: the training loops' (None: the mode's). `save` gets the
-  results so far after each script.
+  `repeats` and `variants` (comma-separated): the training loops' (None:
+  the mode's). `save` gets the results so far after each script.
   """
   results = {"machine": _common.machine(), "mode": mode,
              "available_cores_before": {}, "loaded": {}}
   if repeats:
     results["repeats"] = repeats
+  if variants:
+    results["variants"] = variants
   start = time.time()
   names = BENCHMARKS[:1] if mode == "quick" else BENCHMARKS
   for i, name in enumerate(names):
@@ -81,8 +86,9 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
       argv.append("--headline")
     elif mode == "smoke":
       argv.append("--smoke")
-    if repeats and name == "training_loops":
-      argv.append(f"--repeats={repeats}")
+    if name == "training_loops":
+      argv += [f"--{flag}={value}" for flag, value in (
+          ("repeats", repeats), ("variants", variants)) if value]
     if name == "flops":
       argv.append(f"--training_loops={os.path.join(scratch, 'training_loops.json')}")
     _run_one(name, argv, results, "idle and loaded, interleaved"
@@ -136,6 +142,10 @@ def main(argv=None) -> None:
   parser.add_argument("--repeats", type=int, help="Runs of each training "
                       "loop variant (default: the mode's; the full run's 5 "
                       "take hours on a slow machine).")
+  parser.add_argument("--variants", help="Comma-separated: only these "
+                      "training loop variants (`ours` among them), e.g. "
+                      "ours' defaults and stock TFM without the other "
+                      "loops.")
   parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
                       "go (default: benchmarks/, or a scratch directory "
                       "with --smoke).")
@@ -150,7 +160,7 @@ def main(argv=None) -> None:
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, FILES[mode])
   with tempfile.TemporaryDirectory() as scratch:
-    run(mode, scratch, args.repeats,
+    run(mode, scratch, args.repeats, args.variants,
         save=lambda results: _common.write_json(path, results))
   render(out_dir)
 

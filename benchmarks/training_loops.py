@@ -531,6 +531,8 @@ def main(argv=None) -> Dict[str, Any]:
                       help="Comma-separated, of: " + ", ".join(
                           f"{name} ({busy} cores busy)"
                           for name, busy in CONDITIONS.items()))
+  parser.add_argument("--variants", help="Comma-separated: only these of "
+                      "the mode's variants (`ours` among them).")
   parser.add_argument("--out", help="Write the results as JSON here.")
   parser.add_argument("--child", choices=sorted(CHILDREN),
                       help=argparse.SUPPRESS)
@@ -553,6 +555,11 @@ def main(argv=None) -> Dict[str, Any]:
                                     HEADLINE_REPEATS)
   else:
     workloads, variants, repeats = WORKLOADS, VARIANTS, 5
+  if args.variants:
+    names = args.variants.split(",")
+    if "ours" not in names or set(names) - set(variants):
+      parser.error(f"--variants: give `ours` and any of {sorted(variants)}")
+    variants = {name: variants[name] for name in names}
   # The quick mode warms the file cache once, for both workloads.
   results = measure(
       workloads, variants, args.repeats or repeats, conditions,
