@@ -131,9 +131,15 @@ def busy_cores(count: int):
   """Keeps `count` cores busy while the block runs: a neighbour's job.
 
   Each is a separate process spinning a plain Python loop, outside the
-  measured run, as another job on a shared training host would be.
+  measured run, as another job on a shared training host would be. A
+  spinner stops by itself once this process is gone (killed, so that this
+  block's exit never ran): it would otherwise load the machine for good,
+  and hold open an output pipe its parent's reader waits on.
   """
-  spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+  spin = ("import os\nparent = os.getppid()\n"
+          "while os.getppid() == parent:\n"
+          "  for _ in range(1000000):\n    pass\n")
+  spinners = [subprocess.Popen([sys.executable, "-c", spin])
               for _ in range(count)]
   try:
     if spinners:

@@ -159,6 +159,8 @@ def machine_section(results: Results, title: str) -> str:
            + MODES[_mode(results)]
            + "".join(f" (`--{flag}={results[flag]}`)"
                      for flag in ("repeats", "variants") if results.get(flag))
+           + (" (the training loops taken from an earlier run, not "
+              "timed here)" if results.get("training_loops_from") else "")
            + (f"; **stopped before** {', '.join(results['not_run'])}"
               if results.get("not_run") else "")),
           ("conditions", "idle, and loaded: "

@@ -23,6 +23,9 @@ the training loops' ResNet50 figures, idle), then `input_pipelines.py`,
 loaded. `--repeats=N` runs the training loops N times instead of 5, for a
 machine where the full run would take hours, and `--variants` only the
 training loop variants named; `results.json` records both.
+`--training_loops=FILE` takes the training loops' results from an earlier
+`training_loops.py --out` (written after each repeat) instead of running
+them, so that a run stopped part-way goes on.
 `results.json` is written again after each script, so a run stopped
 part-way keeps what it measured. `--smoke` writes to a scratch directory
 unless `--out_dir` is given.
@@ -33,6 +36,7 @@ unless `--out_dir` is given.
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -59,17 +63,19 @@ def _run_one(name: str, argv, results, condition: str) -> None:
   results["available_cores_before"].setdefault(condition, {})[name] = (
       _common.wait_for_quiet(0.85 * (os.cpu_count() or 1)))
   print(f"== {name} ({condition})", flush=True)
-  _common.run_child([_common.python(), *argv], timeout=3600, echo=True)
+  # The training loops of a full run take hours on a slow 2-core machine.
+  _common.run_child([_common.python(), *argv], timeout=8 * 3600, echo=True)
 
 
 def run(mode: str, scratch: str, repeats: Optional[int] = None,
-        variants: Optional[str] = None,
+        variants: Optional[str] = None, training_loops: Optional[str] = None,
         save: Callable[[Dict[str, Any]], None] = lambda results: None
         ) -> Dict[str, Any]:
   """Runs the mode's benchmarks; returns their results, idle and `loaded`.
 
   `repeats` and `variants` (comma-separated): the training loops' (None:
-  the mode's). `save` gets the results so far after each script.
+  the mode's). `training_loops`: a `training_loops.py --out` file to take
+  instead of running it. `save` gets the results so far after each script.
   """
   results = {"machine": _common.machine(), "mode": mode,
              "available_cores_before": {}, "loaded": {}}
@@ -91,8 +97,12 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
           ("repeats", repeats), ("variants", variants)) if value]
     if name == "flops":
       argv.append(f"--training_loops={os.path.join(scratch, 'training_loops.json')}")
-    _run_one(name, argv, results, "idle and loaded, interleaved"
-             if name == "training_loops" else "idle")
+    if name == "training_loops" and training_loops:
+      shutil.copy(training_loops, out)
+      results["training_loops_from"] = training_loops
+    else:
+      _run_one(name, argv, results, "idle and loaded, interleaved"
+               if name == "training_loops" else "idle")
     with open(out) as f:
       results[name] = json.load(f)
     if name == "training_loops":  # Both conditions, interleaved.
@@ -146,6 +156,10 @@ def main(argv=None) -> None:
                       "training loop variants (`ours` among them), e.g. "
                       "ours' defaults and stock TFM without the other "
                       "loops.")
+  parser.add_argument("--training_loops", metavar="FILE", help="Take the "
+                      "training loops' results from FILE (a `training_loops"
+                      ".py --out`, written after each repeat) instead of "
+                      "running them: a run stopped part-way goes on.")
   parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
                       "go (default: benchmarks/, or a scratch directory "
                       "with --smoke).")
@@ -159,9 +173,17 @@ def main(argv=None) -> None:
       if mode == "smoke" else os.path.join(_common.REPO, "benchmarks"))
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, FILES[mode])
-  with tempfile.TemporaryDirectory() as scratch:
-    run(mode, scratch, args.repeats, args.variants,
+  # Kept if the run fails: `training_loops.json` there holds the repeats
+  # done so far, for `--training_loops`.
+  scratch = tempfile.mkdtemp(prefix="tfm_ext_benchmarks_")
+  try:
+    run(mode, scratch, args.repeats, args.variants, args.training_loops,
         save=lambda results: _common.write_json(path, results))
+  except BaseException:
+    print(f"stopped; the scripts' results so far are in {scratch}",
+          flush=True)
+    raise
+  shutil.rmtree(scratch)
   render(out_dir)
 
 
