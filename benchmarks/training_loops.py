@@ -1,6 +1,7 @@
 """Training throughput: our launcher against stock TFM, a plain loop, Keras.
 
     python benchmarks/training_loops.py [--smoke | --headline] [--repeats=3]
+        [--variants=ours,stock_tfm] [--workloads=digits_convnet]
         [--conditions=idle,loaded] [--out=FILE]
 
 On the same model, data, global batch and number of steps:
@@ -533,6 +534,8 @@ def main(argv=None) -> Dict[str, Any]:
                           for name, busy in CONDITIONS.items()))
   parser.add_argument("--variants", help="Comma-separated: only these of "
                       "the mode's variants (`ours` among them).")
+  parser.add_argument("--workloads", help="Comma-separated: only these of "
+                      "the mode's workloads.")
   parser.add_argument("--out", help="Write the results as JSON here.")
   parser.add_argument("--child", choices=sorted(CHILDREN),
                       help=argparse.SUPPRESS)
@@ -560,6 +563,11 @@ def main(argv=None) -> Dict[str, Any]:
     if "ours" not in names or set(names) - set(variants):
       parser.error(f"--variants: give `ours` and any of {sorted(variants)}")
     variants = {name: variants[name] for name in names}
+  if args.workloads:
+    names = args.workloads.split(",")
+    if set(names) - set(workloads):
+      parser.error(f"--workloads: give any of {sorted(workloads)}")
+    workloads = {name: workloads[name] for name in names}
   # The quick mode warms the file cache once, for both workloads.
   results = measure(
       workloads, variants, args.repeats or repeats, conditions,
