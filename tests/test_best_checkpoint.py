@@ -93,6 +93,13 @@ def test_missing_metric_is_a_clear_error(tmp_path, checkpoint):
     export(exporter, checkpoint, 10, 0.5)
 
 
+def unranked(tmp_path):
+  """The checkpoints in `best/unranked/`, by prefix."""
+  folder = tmp_path / "best" / best_checkpoint.UNRANKED
+  return {name.split(".")[0] for name in os.listdir(folder)
+          if name.endswith(".index")} if folder.exists() else set()
+
+
 def test_state_survives_a_new_exporter(tmp_path, checkpoint):
   exporter = make(tmp_path, k=2)
   export(exporter, checkpoint, 10, 0.5)
@@ -180,10 +187,12 @@ def test_a_reloaded_manifest_drops_a_nan_entry(tmp_path, checkpoint):
   assert [e["global_step"] for e in reloaded.kept] == [10]
   assert reloaded.best_ckpt_logs["accuracy"] == pytest.approx(0.5)
   assert reloaded.best_ckpt_path.endswith("best_ckpt-10")
-  # The manifest on disk is rewritten without it, and its files are gone.
+  # The manifest on disk is rewritten without it; its files are kept, out
+  # of the ranking.
   assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [10]
   assert not [n for n in os.listdir(tmp_path / "best")
               if n.startswith("best_ckpt-20.")]
+  assert unranked(tmp_path) == {"best_ckpt-20"}
   # A finite value below the dropped NaN still gets in.
   assert export(reloaded, checkpoint, 30, 0.6)
   assert [e["global_step"] for e in reloaded.kept] == [30, 10]
@@ -229,7 +238,29 @@ def test_a_nan_best_that_tfms_exporter_recorded_is_not_adopted(
   tfm = train_utils.BestCheckpointExporter(str(tmp_path / "best"), "accuracy",
                                            "higher")
   tfm.maybe_export_checkpoint(checkpoint, {"accuracy": float("nan")}, 15)
+  tfms = os.path.basename(tf.train.latest_checkpoint(str(tmp_path / "best")))
   ours = make(tmp_path, k=2)
   assert ours.kept == [] and ours.best_ckpt_logs is None
   assert export(ours, checkpoint, 30, 0.1)
   assert [e["global_step"] for e in ours.kept] == [30]
+  # TFM's checkpoint is not ranked, but it is the user's: kept, moved.
+  assert unranked(tmp_path) == {tfms}
+
+
+def test_a_changed_metric_keeps_the_checkpoints_it_cannot_rank(
+    tmp_path, checkpoint, caplog):
+  exporter = make(tmp_path, k=2)
+  export(exporter, checkpoint, 10, 0.5)
+  export(exporter, checkpoint, 20, 0.7)
+  # The next run ranks by a metric the recorded evaluations do not have.
+  by_auc = make(tmp_path, k=2, metric="auc")
+  assert by_auc.kept == [] and by_auc.best_ckpt_path is None
+  assert unranked(tmp_path) == {"best_ckpt-10", "best_ckpt-20"}
+  assert "has no 'auc'" in caplog.text
+  restored = tf.train.Checkpoint(v=tf.Variable(0.0))
+  restored.read(str(tmp_path / "best" / best_checkpoint.UNRANKED /
+                    "best_ckpt-20")).assert_consumed()
+  assert restored.v.numpy() == 20.0
+  assert export(by_auc, checkpoint, 30, 0.9, key="auc")
+  assert [e["global_step"] for e in by_auc.kept] == [30]
+

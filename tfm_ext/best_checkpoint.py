@@ -18,8 +18,9 @@ only; `repair` (run at construction) deletes what the manifest does not name
 and drops entries whose files are gone. A damaged manifest (not JSON, not
 ours) is rebuilt with one warning from what TFM's `info.json` and the state
 file record: the best checkpoint is kept, the others, whose values only the
-manifest held, are moved to `unranked/` (kept, out of the ranking). Every
-file goes through
+manifest held, are moved to `unranked/` (kept, out of the ranking), as are
+recorded checkpoints this run cannot rank (a NaN value, or no value for a
+changed metric). Every file goes through
 `tf.io.gfile`, so `model_dir` may be a bucket.
 """
 
@@ -79,6 +80,8 @@ class TopKCheckpointExporter:
   """Keeps the k best checkpoints by `metric_name` in `export_dir`.
 
   NaN and infinite values are never kept. A tie keeps the older checkpoint.
+  A checkpoint on record that cannot be ranked (a NaN value, or none for a
+  new `metric_name`) is moved to `unranked/`, never deleted.
   `metric_name` may be nested with TFM's `|` separator ("coco|AP").
   """
 
@@ -96,6 +99,9 @@ class TopKCheckpointExporter:
     self._k = k
     tf.io.gfile.makedirs(export_dir)
     self._damage: Optional[_files.Damaged] = None
+    # Checkpoints on record that this run cannot rank (a NaN value, or no
+    # value for its metric): `repair` moves them to `unranked/`.
+    self._unrankable: Dict[str, str] = {}
     self._entries: List[Dict[str, Any]] = self._load()
     self.repair()
 
@@ -168,9 +174,9 @@ class TopKCheckpointExporter:
       # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
       temp = ".tmp" in name or "_temp" in name
       target = os.path.join(self._dir, name)
-      if orphan and self._damage and not temp:
-        # A complete checkpoint whose value only the damaged manifest held:
-        # out of the ranking, but kept.
+      if orphan and (self._damage or stem in self._unrankable) and not temp:
+        # A complete checkpoint whose value only the damaged manifest held,
+        # or one this run cannot rank: out of the ranking, but kept.
         tf.io.gfile.makedirs(os.path.join(self._dir, UNRANKED))
         tf.io.gfile.rename(target, os.path.join(self._dir, UNRANKED, name),
                            overwrite=True)
@@ -188,7 +194,13 @@ class TopKCheckpointExporter:
           "%s. Rebuilt from %s and the state file: it %s%s.", self._damage,
           INFO, kept, f"; moved {', '.join(moved)}, whose values only the "
           f"manifest held, to {UNRANKED}/" if moved else "")
-    elif removed:
+    elif moved:
+      stems = sorted({name.split(".")[0] for name in moved})
+      logging.warning("Moved %s to %s/, out of the ranking by %s: %s.",
+                      ", ".join(moved), UNRANKED, self._metric_name,
+                      "; ".join(f"{stem} {self._unrankable[stem]}"
+                                for stem in stems))
+    if removed and not self._damage:
       logging.warning("Removed %s: not in the best-checkpoint manifest (left "
                       "by an interrupted export).", ", ".join(removed))
     if complete or self._entries or self._damage:
@@ -236,8 +248,8 @@ class TopKCheckpointExporter:
                       self._metric_name, self._comp)
     entries = []
     for entry in manifest["checkpoints"]:
-      value = self._value(entry.get("metrics", {}))
-      if value is not None and math.isfinite(value):
+      value = self._rankable_value(entry["path"], entry.get("metrics", {}))
+      if value is not None:
         entries.append({**entry, "value": value})
     return self._sorted(entries)[:self._k] if entries else []
 
@@ -259,8 +271,8 @@ class TopKCheckpointExporter:
       logging.warning("%s: no best checkpoint to adopt from it.", e)
       return []
     step = int(metrics.pop("best_ckpt_global_step"))
-    value = self._value(metrics)
-    if value is None or not math.isfinite(value):
+    value = self._rankable_value(os.path.basename(latest), metrics)
+    if value is None:
       return []
     logging.info("Adopting TFM's best checkpoint %s (step %d).", latest, step)
     return [{"path": os.path.basename(latest), "global_step": step,
@@ -274,6 +286,16 @@ class TopKCheckpointExporter:
                                                     self._metric_path))
     except (KeyError, TypeError, ValueError):
       return None
+
+  def _rankable_value(self, path: str,
+                      metrics: Mapping[str, Any]) -> Optional[float]:
+    """The finite value of a recorded checkpoint, else None, noting why."""
+    value = self._value(metrics)
+    if value is not None and math.isfinite(value):
+      return value
+    self._unrankable[path] = (f"has no {self._metric_name!r}" if value is None
+                              else f"has {self._metric_name}={value}")
+    return None
 
   def _better(self, new: float, old: float) -> bool:
     return new > old if self._comp == "higher" else new < old
