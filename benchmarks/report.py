@@ -36,13 +36,19 @@ def fields(pairs: Iterable[Tuple[str, Any]]) -> str:
   return table(("", ""), pairs)
 
 
+# The worse of two verdicts wins; a missed floor is in bold.
+_VERDICTS = ("met", "parity", "missed")
+
+
 def _status(claim: claims_lib.Claim,
             loaded: Optional[claims_lib.Claim]) -> str:
-  if claim.met is None:
+  if claim.verdict is None:
     return ""
-  if loaded is None or loaded.met is None:
-    return ("met" if claim.met else "**missed**") + " (idle only)"
-  return "met" if claim.met and loaded.met else "**missed**"
+  both = [claim.verdict] + ([loaded.verdict] if loaded and loaded.verdict
+                            else [])
+  verdict = max(both, key=_VERDICTS.index)
+  text = "**missed**" if verdict == "missed" else verdict
+  return text + (" (idle only)" if len(both) == 1 else "")
 
 
 def _spread(claim: Optional[claims_lib.Claim]) -> str:
@@ -67,7 +73,8 @@ def claims_table(claims: Iterable[claims_lib.Claim],
                  anchor_prefix: Callable[[str], str] = lambda anchor: ""
                  ) -> str:
   """One row per claim, idle and loaded, its anchor first (what docstrings
-  link to); met when both conditions reach the floor."""
+  link to); met when both conditions reach the floor, parity when one is
+  just below it (`claims.PARITY`)."""
   by_anchor = {c.anchor: c for c in loaded}
   return table(
       ("claim", "ratio idle", "ratio loaded", "floor", "",
@@ -189,7 +196,9 @@ RATIOS = (
     "over ours), so above 1 favours ours; idle and loaded (other processes "
     "kept half the cores busy) are measured in the same repeats, each run "
     "idle then loaded. A row is met when its ratio reaches its floor in "
-    "both conditions. `each repeat` gives the ratios of the runs of one "
+    "both conditions, and at parity when neither is missed and one is "
+    f"within {claims_lib.PARITY:.0%} below the floor: a tie, the noise of "
+    "a shared machine (a default that ties stays). `each repeat` gives the ratios of the runs of one "
     "repeat (or pass), which ran one after the other, and how many reach "
     "the floor.")
 

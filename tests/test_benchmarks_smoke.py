@@ -245,6 +245,12 @@ def test_a_row_is_met_only_when_idle_and_loaded_both_reach_the_floor():
   results = _loaded(_results(), {})
   rows = _anchored_rows(report.render(results))
   assert rows["target-digits-convnet-stock-tfm"][""] == "met"
+  # Within 2% below the floor in one condition is a tie: 95 * 0.935 / 90
+  # is 0.987 loaded. One more percent down is a miss.
+  for factor, verdict in ((0.935, "parity"), (0.925, "**missed**")):
+    rows = _anchored_rows(report.render(_loaded(_results(),
+                                                {"ours": factor})))
+    assert rows["target-digits-convnet-stock-tfm"][""] == verdict, factor
   assert _fields(report.render(results))["conditions"].startswith(
       "idle, and loaded")
 
@@ -273,9 +279,9 @@ def test_the_headline_keeps_the_anchors_of_the_claims_it_measures():
 
 def test_each_default_row_has_its_ratio_and_a_missed_floor_says_so():
   rows = _anchored_rows(report.render(_results()))
-  expected = {  # anchor: (ratio, met)
+  expected = {  # anchor: (ratio, met); None: parity, within 2% below
       "default-input-pool": (90 / 95, False),  # the private pool over ours
-      "default-no-one-replica-mirror": (95 / 96.9, False),
+      "default-no-one-replica-mirror": (95 / 96.9, None),
       "default-xla-off": (95 / 60, True),
       "default-xla-off-resnet50": (8 / 3, True),
       "default-steps-per-loop": (95 / 50, True),  # vs one step per loop
@@ -291,7 +297,8 @@ def test_each_default_row_has_its_ratio_and_a_missed_floor_says_so():
   for anchor, (ratio, met) in expected.items():
     row = rows[anchor]
     assert float(row["ratio idle"]) == pytest.approx(ratio, rel=1e-3), anchor
-    assert row[""] == ("met" if met else "**missed**") + " (idle only)", anchor
+    verdict = {True: "met", None: "parity", False: "**missed**"}[met]
+    assert row[""] == verdict + " (idle only)", anchor
   # A row that states figures and sets no target has no verdict.
   assert rows["default-no-first-loop-checkpoint"][""] == ""
 
