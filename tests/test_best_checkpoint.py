@@ -264,3 +264,37 @@ def test_a_changed_metric_keeps_the_checkpoints_it_cannot_rank(
   assert export(by_auc, checkpoint, 30, 0.9, key="auc")
   assert [e["global_step"] for e in by_auc.kept] == [30]
 
+
+
+def test_a_smaller_k_moves_the_checkpoints_beyond_it_to_unranked(
+    tmp_path, checkpoint, caplog):
+  exporter = make(tmp_path, k=3)
+  for step, value in ((10, 0.5), (20, 0.7), (30, 0.6)):
+    assert export(exporter, checkpoint, step, value)
+  # `best_checkpoint_top_k=1` for the next run (an evaluator's override, or
+  # a typo): the two it no longer ranks are kept, out of the ranking.
+  smaller = make(tmp_path, k=1)
+  assert [e["global_step"] for e in smaller.kept] == [20]
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [20]
+  assert unranked(tmp_path) == {"best_ckpt-10", "best_ckpt-30"}
+  assert "best_ckpt-30 is beyond best_checkpoint_top_k=1" in caplog.text
+
+
+def test_exporters_beside_each_other_rank_against_each_others_records(
+    tmp_path, checkpoint):
+  # Two evaluators on one model_dir, each with its own exporter, k=1.
+  first, second = make(tmp_path, k=1), make(tmp_path, k=1)
+  assert export(first, checkpoint, 100, 0.6)
+  assert export(second, checkpoint, 200, 0.7)
+  # Better than what the first one kept, worse than the second one's.
+  assert not export(first, checkpoint, 300, 0.65)
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [
+      200]
+  assert first.best_ckpt_path.endswith("best_ckpt-200")
+  assert tf.train.latest_checkpoint(str(tmp_path / "best")).endswith("-200")
+  names = os.listdir(tmp_path / "best")
+  assert "best_ckpt-200.index" in names
+  assert not [n for n in names
+              if n.startswith(("best_ckpt-100.", "best_ckpt-300."))], names
+  # The next evaluator to start keeps the best too.
+  assert [e["global_step"] for e in make(tmp_path, k=1).kept] == [200]

@@ -71,6 +71,14 @@ REFUSED = [
      "trainer.best_checkpoint_top_k=0:", "positive number of best"),
     ("trainer.best_checkpoint_metric_comp=bigger", "train_and_eval",
      "trainer.best_checkpoint_metric_comp='bigger':", "'higher' or 'lower'"),
+    # model_dir itself, above it, elsewhere: the exporter would clear files
+    # and rewrite a state file that are not its own.
+    ("trainer.best_checkpoint_export_subdir=.", "train_and_eval",
+     "trainer.best_checkpoint_export_subdir='.':", "inside --model_dir"),
+    ("trainer.best_checkpoint_export_subdir=../best", "eval",
+     "trainer.best_checkpoint_export_subdir='../best':", "without '.' or '..'"),
+    ("trainer.best_checkpoint_export_subdir=/tmp/best", "train_and_eval",
+     "trainer.best_checkpoint_export_subdir='/tmp/best':", "relative path"),
     ("trainer.summary_interval=0", "train", "trainer.summary_interval=0:",
      "multiple of trainer.steps_per_loop"),
     ("trainer.summary_interval=15", "train",
@@ -141,6 +149,8 @@ ACCEPTED = [
      "trainer.best_checkpoint_top_k=0", "train_and_eval"),
     ("trainer.best_checkpoint_eval_metric=validation_loss,"
      "trainer.best_checkpoint_metric_comp=lower", "train_and_eval"),
+    ("trainer.best_checkpoint_export_subdir=exports/best/",
+     "train_and_eval"),
     # Training alone never evaluates.
     ("trainer.validation_steps=0,trainer.validation_interval=-1,"
      "trainer.best_checkpoint_eval_metric=acuracy", "train"),

@@ -19,8 +19,8 @@ and drops entries whose files are gone. A damaged manifest (not JSON, not
 ours) is rebuilt with one warning from what TFM's `info.json` and the state
 file record: the best checkpoint is kept, the others, whose values only the
 manifest held, are moved to `unranked/` (kept, out of the ranking), as are
-recorded checkpoints this run cannot rank (a NaN value, or no value for a
-changed metric). Every file goes through
+recorded checkpoints this run cannot rank (a NaN value, no value for a
+changed metric, beyond a smaller k). Every file goes through
 `tf.io.gfile`, so `model_dir` may be a bucket.
 """
 
@@ -32,18 +32,16 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
-from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
-
 from official.core import config_definitions
 from official.core import train_utils
 
+from tfm_ext import _best_checkpoint_files as files
 from tfm_ext import _files
 
-MANIFEST = "best_checkpoints.json"
-INFO = "info.json"  # TFM's record of the best checkpoint.
-PREFIX = "best_ckpt"
-# Where a rebuilt manifest puts the checkpoints it can no longer rank.
-UNRANKED = "unranked"
+MANIFEST = files.MANIFEST
+INFO = files.INFO
+PREFIX = files.PREFIX
+UNRANKED = files.UNRANKED
 
 
 def maybe_create(params: config_definitions.ExperimentConfig,
@@ -81,7 +79,9 @@ class TopKCheckpointExporter:
 
   NaN and infinite values are never kept. A tie keeps the older checkpoint.
   A checkpoint on record that cannot be ranked (a NaN value, or none for a
-  new `metric_name`) is moved to `unranked/`, never deleted.
+  new `metric_name`), or is beyond a smaller k than the record's, is moved
+  to `unranked/`, never deleted. Several evaluators may export into one
+  directory (`_refresh`).
   `metric_name` may be nested with TFM's `|` separator ("coco|AP").
   """
 
@@ -122,20 +122,46 @@ class TopKCheckpointExporter:
       logging.warning("Best-checkpoint metric %r is %s at step %d; not kept.",
                       self._metric_name, value, step)
       return False
-    if any(e["global_step"] == step for e in self._entries):
-      return False  # Already judged (a re-evaluated checkpoint).
-    if len(self._entries) >= self._k and not self._better(
-        value, self._entries[-1]["value"]):
+    self._refresh()
+    if not self._ranks_in(step, value):
       return False
     path = checkpoint.write(os.path.join(self._dir, f"{PREFIX}-{step}"))
+    # Another evaluator may have kept a better one while this one wrote.
+    self._refresh()
+    if not self._ranks_in(step, value):
+      files.delete_checkpoint(path)
+      return False
     entry = {"path": os.path.basename(path), "global_step": step,
              "value": value, "metrics": metrics}
     entries = self._sorted(self._entries + [entry])
     kept, evicted = entries[:self._k], entries[self._k:]
     self._commit(kept)
     for old in evicted:
-      _delete_checkpoint_files(os.path.join(self._dir, old["path"]))
+      files.delete_checkpoint(os.path.join(self._dir, old["path"]))
     return True
+
+  def _ranks_in(self, step: int, value: float) -> bool:
+    """Whether a checkpoint of `step` and `value` gets into the k best."""
+    if any(e["global_step"] == step for e in self._entries):
+      return False  # Already judged (a re-evaluated checkpoint).
+    return len(self._entries) < self._k or self._better(
+        value, self._entries[-1]["value"])
+
+  def _refresh(self) -> None:
+    """Takes up the manifest as another job on the directory left it.
+
+    Evaluators beside each other (and beside a trainer) export into one
+    directory; each reads the manifest before it decides and again before
+    it commits, so none ranks against a list another one has since changed.
+    An object store has no compare-and-swap: two commits within the same
+    few milliseconds still race, and the later one wins. A manifest that
+    does not read keeps the list this exporter holds.
+    """
+    try:
+      manifest = files.read_manifest(self._dir)
+    except (_files.Damaged, tf.errors.NotFoundError):
+      return
+    self._entries = self._ranked(manifest)[:self._k]
 
   @property
   def best_ckpt_logs(self) -> Optional[Dict[str, Any]]:
@@ -162,31 +188,13 @@ class TopKCheckpointExporter:
     manifest, `info.json` and the state file from what remains. Says what
     it removed, and why, in one warning.
     """
-    complete = [e for e in self._entries
-                if tf.io.gfile.exists(os.path.join(self._dir, e["path"])
-                                      + ".index")]
+    complete = files.complete(self._dir, self._entries)
     named = {e["path"] for e in complete}
-    removed, moved = [], []
-    for name in sorted(tf.io.gfile.listdir(self._dir)):
-      name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
-      stem = name.split(".")[0]
-      orphan = stem.startswith(PREFIX) and stem not in named
-      # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
-      temp = ".tmp" in name or "_temp" in name
-      target = os.path.join(self._dir, name)
-      if orphan and (self._damage or stem in self._unrankable) and not temp:
-        # A complete checkpoint whose value only the damaged manifest held,
-        # or one this run cannot rank: out of the ranking, but kept.
-        tf.io.gfile.makedirs(os.path.join(self._dir, UNRANKED))
-        tf.io.gfile.rename(target, os.path.join(self._dir, UNRANKED, name),
-                           overwrite=True)
-        moved.append(name)
-      elif orphan or temp:
-        removed.append(name)
-        if tf.io.gfile.isdir(target):
-          tf.io.gfile.rmtree(target)
-        else:
-          tf.io.gfile.remove(target)
+    # A complete checkpoint whose value only a damaged manifest held, or
+    # one this run cannot rank: out of the ranking, but kept.
+    removed, moved = files.tidy(
+        self._dir, named=named.__contains__,
+        kept=lambda stem: bool(self._damage) or stem in self._unrankable)
     if self._damage:
       kept = (f"keeps {complete[0]['path']}, the best that {INFO} records"
               if complete else "keeps no checkpoint")
@@ -208,35 +216,15 @@ class TopKCheckpointExporter:
     self._damage = None
 
   def _commit(self, entries: List[Dict[str, Any]]) -> None:
-    _files.write_json(os.path.join(self._dir, MANIFEST), {
-        "metric": self._metric_name, "comp": self._comp, "k": self._k,
-        "checkpoints": entries})
+    files.write(self._dir, {"metric": self._metric_name, "comp": self._comp,
+                            "k": self._k}, entries)
     self._entries = entries
-    if entries:
-      best = entries[0]
-      _files.write_json(os.path.join(self._dir, INFO), {
-          **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
-      others = sorted(entries[1:], key=lambda e: e["global_step"])
-      # What tf.train.CheckpointManager uses: an atomic write of the state.
-      # Full paths, as the manager passes them: TF stores each relative to
-      # the directory, and takes a bare name in a relative or bucket
-      # directory (`gs://`) as relative to the working directory.
-      paths = [os.path.join(self._dir, e["path"]) for e in others + [best]]
-      checkpoint_management.update_checkpoint_state_internal(
-          self._dir, paths[-1], all_model_checkpoint_paths=paths,
-          save_relative_paths=True)
 
   def _load(self) -> List[Dict[str, Any]]:
-    path = os.path.join(self._dir, MANIFEST)
-    if not tf.io.gfile.exists(path):
+    if not tf.io.gfile.exists(os.path.join(self._dir, MANIFEST)):
       return self._adopt_tfm_export()
     try:
-      manifest = _files.read_object(path, {"checkpoints": list})
-      for entry in manifest["checkpoints"]:
-        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
-                and _is_step(entry.get("global_step"))):
-          raise _files.Damaged(f"{path} is damaged: an entry without a path "
-                               f"and a global_step: {entry!r:.80}")
+      manifest = files.read_manifest(self._dir)
     except _files.Damaged as e:
       self._damage = e  # `repair` says what it kept.
       return self._adopt_tfm_export()
@@ -246,12 +234,20 @@ class TopKCheckpointExporter:
                       "by %s/%s: ranking its entries again.",
                       manifest.get("metric"), manifest.get("comp"),
                       self._metric_name, self._comp)
+    entries = self._ranked(manifest)
+    for entry in entries[self._k:]:  # A smaller k than the manifest's.
+      self._unrankable[entry["path"]] = (
+          f"is beyond best_checkpoint_top_k={self._k}")
+    return entries[:self._k]
+
+  def _ranked(self, manifest: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The manifest's rankable entries with their values, best first."""
     entries = []
     for entry in manifest["checkpoints"]:
       value = self._rankable_value(entry["path"], entry.get("metrics", {}))
       if value is not None:
         entries.append({**entry, "value": value})
-    return self._sorted(entries)[:self._k] if entries else []
+    return self._sorted(entries)
 
   def _adopt_tfm_export(self) -> List[Dict[str, Any]]:
     """Takes over a directory that TFM's own exporter wrote (no manifest).
@@ -260,23 +256,16 @@ class TopKCheckpointExporter:
     checkpoint state file names the best checkpoint, and TFM's `info.json`
     holds its metrics.
     """
-    latest = tf.train.latest_checkpoint(self._dir)
-    info = os.path.join(self._dir, INFO)
-    if not (latest and tf.io.gfile.exists(info)):
+    best = files.read_tfm_best(self._dir)
+    if best is None:
       return []
-    try:
-      metrics = _files.read_object(info,
-                                   {"best_ckpt_global_step": (int, float)})
-    except _files.Damaged as e:
-      logging.warning("%s: no best checkpoint to adopt from it.", e)
-      return []
-    step = int(metrics.pop("best_ckpt_global_step"))
-    value = self._rankable_value(os.path.basename(latest), metrics)
+    name, step, metrics = best
+    value = self._rankable_value(name, metrics)
     if value is None:
       return []
-    logging.info("Adopting TFM's best checkpoint %s (step %d).", latest, step)
-    return [{"path": os.path.basename(latest), "global_step": step,
-             "value": value, "metrics": metrics}]
+    logging.info("Adopting TFM's best checkpoint %s (step %d).", name, step)
+    return [{"path": name, "global_step": step, "value": value,
+             "metrics": metrics}]
 
   # -- Ranking --------------------------------------------------------------
 
@@ -307,18 +296,9 @@ class TopKCheckpointExporter:
     return sorted(entries, key=lambda e: (sign * e["value"], e["global_step"]))
 
 
-def _is_step(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _leaf_names(logs: Mapping[str, Any], prefix: str = ""):
   for key, value in logs.items():
     if isinstance(value, Mapping):
       yield from _leaf_names(value, f"{prefix}{key}|")
     else:
       yield prefix + key
-
-
-def _delete_checkpoint_files(prefix: str) -> None:
-  for path in tf.io.gfile.glob(prefix + ".*"):
-    tf.io.gfile.remove(path)

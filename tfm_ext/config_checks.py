@@ -31,6 +31,7 @@ negative `recovery_max_trials` turns the loss check off, and null stays
 import dataclasses
 import difflib
 import functools
+import os
 from typing import Any, Callable, List
 
 from absl import logging
@@ -103,6 +104,16 @@ def _mixed_precision(value) -> bool:
     return False
 
 
+def _subdir(value) -> bool:
+  """A folder of its own inside model_dir: a relative path, no `.` or `..`
+  (the exporter clears what it did not write there, and writes the state
+  file of its best checkpoint)."""
+  if not isinstance(value, str) or os.path.isabs(value) or "://" in value:
+    return False
+  parts = value.rstrip("/").split("/")
+  return all(part not in ("", ".", "..") for part in parts)
+
+
 def _always(use: Use) -> bool:
   del use
   return True
@@ -150,6 +161,10 @@ RULES = (
          "trainer.best_checkpoint_eval_metric are better)"),
     Rule("trainer.best_checkpoint_top_k", lambda use: use.exports_best,
          _at_least(1), "a positive number of best checkpoints to keep"),
+    Rule("trainer.best_checkpoint_export_subdir", lambda use: use.exports_best,
+         _subdir, "a folder of its own inside --model_dir, as TFM's "
+         "'best_ckpt': a relative path without '.' or '..' (the exporter "
+         "clears what it did not write there), or '' for no best checkpoint"),
     Rule("trainer.recovery_max_trials", _trains, _config_types.integer,
          "a whole number: how often to go back to the last checkpoint after "
          "a NaN loss or one over trainer.loss_upper_bound (0: fail at once; "

@@ -113,9 +113,9 @@ MUTATIONS: Sequence[Mutation] = (
       "best-checkpoint ties among the kept k ranked newest first",
       ("tests/test_best_checkpoint.py",), issue="d"),
     M("issue_e_reload_keeps_nan", "tfm_ext/best_checkpoint.py",
-      "      if value is not None and math.isfinite(value):\n"
-      "        entries.append",
-      "      if value is not None:\n        entries.append",
+      "    if value is not None and math.isfinite(value):\n"
+      "      return value\n",
+      "    if value is not None:\n      return value\n",
       "a reloaded best-checkpoint manifest keeps a NaN entry",
       ("tests/test_best_checkpoint.py",), issue="e"),
 
@@ -385,9 +385,9 @@ MUTATIONS: Sequence[Mutation] = (
       ("tests/test_recovery.py",), k=RECOVERY_UNIT),
 
     # -- best_checkpoint.py -------------------------------------------------
-    M("best_orphans_moved_not_removed", "tfm_ext/best_checkpoint.py",
-      "      if orphan and self._damage and not temp:\n",
-      "      if orphan and not temp:\n",
+    M("best_orphans_moved_not_removed", "tfm_ext/_best_checkpoint_files.py",
+      "    if orphan and kept(stem) and not temp:\n",
+      "    if orphan and not temp:\n",
       "an interrupted export's orphan is moved to unranked/ instead of "
       "removed, though the manifest is intact",
       ("tests/test_best_checkpoint.py",
@@ -405,9 +405,27 @@ MUTATIONS: Sequence[Mutation] = (
       "a tie with the worst kept gets in",
       ("tests/test_best_checkpoint.py",)),
     M("best_adopts_nan", "tfm_ext/best_checkpoint.py",
-      "    if value is None or not math.isfinite(value):\n      return []\n",
-      "    if value is None:\n      return []\n",
+      "    value = self._rankable_value(name, metrics)\n",
+      "    value = self._value(metrics)\n",
       "a NaN best that TFM's exporter recorded in info.json is adopted",
+      ("tests/test_best_checkpoint.py",)),
+    M("best_unrankable_deleted", "tfm_ext/best_checkpoint.py",
+      "kept=lambda stem: bool(self._damage) or stem in self._unrankable)",
+      "kept=lambda stem: bool(self._damage))",
+      "a recorded checkpoint this run cannot rank (NaN, a changed metric) is "
+      "deleted at start-up instead of moved to unranked/",
+      ("tests/test_best_checkpoint.py",)),
+    M("best_smaller_k_deletes", "tfm_ext/best_checkpoint.py",
+      "    for entry in entries[self._k:]:  # A smaller k than the manifest's.\n",
+      "    for entry in []:  # A smaller k than the manifest's.\n",
+      "a smaller best_checkpoint_top_k deletes the best checkpoints beyond it "
+      "at start-up",
+      ("tests/test_best_checkpoint.py",)),
+    M("best_stale_manifest", "tfm_ext/best_checkpoint.py",
+      "    self._entries = self._ranked(manifest)[:self._k]\n",
+      "    del manifest\n",
+      "an exporter ranks against the manifest as it read it at start-up, so "
+      "an evaluator beside another one drops the other's better checkpoint",
       ("tests/test_best_checkpoint.py",)),
 
     # -- inputs.py ----------------------------------------------------------
