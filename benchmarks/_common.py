@@ -37,8 +37,10 @@ def run_child(argv: Sequence[str], timeout: float = 900.0,
   """Runs `argv` from the repository root in a fresh process.
 
   Returns `lines`, each line of its output as `(seconds, line,
-  peak_rss_mib)`: its arrival time since the child was started (a clock outside the child, the same for
-  every variant) and the child's peak resident memory so far; `peak_rss_mib`,
+  peak_rss_mib, cpu_seconds)`: its arrival time since the child was started
+  (a clock outside the child, the same for every variant), the child's peak
+  resident memory so far and the CPU time all its threads used so far (user
+  and system; None once it is gone); `peak_rss_mib`,
   the child's peak over its whole life (from `wait4`); and
   `process_seconds`, its wall time. With `echo`, lines are printed as they
   come.
@@ -57,7 +59,7 @@ def run_child(argv: Sequence[str], timeout: float = 900.0,
   with proc.stdout:
     for line in proc.stdout:
       lines.append((time.time() - start, line.rstrip("\n"),
-                    _peak_rss_so_far(proc.pid)))
+                    _peak_rss_so_far(proc.pid), _cpu_seconds(proc.pid)))
       if echo:
         print(line, end="", flush=True)
   watchdog.cancel()
@@ -67,7 +69,7 @@ def run_child(argv: Sequence[str], timeout: float = 900.0,
   proc.returncode = os.waitstatus_to_exitcode(status)
   seconds = time.time() - start
   if proc.returncode != 0:
-    tail = "\n".join(line for _, line, _ in lines[-40:])
+    tail = "\n".join(line for _, line, *_ in lines[-40:])
     raise ChildFailed(f"{' '.join(argv)} exited with {proc.returncode} "
                       f"after {seconds:.0f}s:\n{tail}")
   return {"lines": lines,
@@ -85,6 +87,19 @@ def _peak_rss_so_far(pid: int) -> Optional[float]:
   except OSError:
     pass
   return None
+
+
+def _cpu_seconds(pid: int) -> Optional[float]:
+  """User and system CPU time of a live process, all its threads; None once
+  it is gone."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      # Fields 14 and 15 (utime, stime), counted after the command name,
+      # which may hold spaces but ends at the last ")".
+      fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  except (OSError, IndexError, ValueError):
+    return None
 
 
 def _spin(seconds: float, results) -> None:

@@ -271,6 +271,9 @@ def _variant_row(name: str, variant: Results, loops: Results
           f"{median['peak_rss_mib']:.0f}",
           f"{median['process_peak_rss_mib']:.0f}",
           f"{median['available_cores']:.1f}",
+          # Results from before the column was measured have none.
+          "" if median.get("cores_used") is None
+          else f"{median['cores_used']:.2f}",
           ", ".join(f"{run['examples_per_second']:.1f}"
                     for run in variant["runs"]))
 
@@ -301,7 +304,8 @@ def training_tables(results: Results) -> str:
       parts.append(table(
           ("variant", "examples/s", "ours / variant", "first step (s)",
            "first loop (steps)", "startup (s)", "peak RSS training (MiB)",
-           "peak RSS process (MiB)", "cores free", "examples/s of each run"),
+           "peak RSS process (MiB)", "cores free", "cores used",
+           "examples/s of each run"),
           (_variant_row(name, variant, loops[workload])
            for name, variant in loops[workload]["variants"].items())))
       parts.append("\n")
@@ -320,6 +324,9 @@ def training_section(results: Results) -> str:
       "progress lines; time to first step runs from process start. Peak "
       "RSS training: at the last progress line; process: over the whole "
       "process (stock TFM's `run_experiment` counts FLOPs after training). "
+      "Cores used: the process's CPU time (all threads, user and system) "
+      "over the wall time of the same steps; a variant that uses more "
+      "cores for the same steps loses more when other work holds one. "
       "Checkpoints: stock TFM's `CheckpointManager` saves one after the "
       "first loop, before the timed steps; ours and stock TFM save one "
       "after the last step; nothing evaluates.\n\n"

@@ -73,7 +73,7 @@ from benchmarks import _common  # pylint: disable=g-import-not-at-top,wrong-impo
 TRAIN = os.path.join(_common.REPO, "launchers", "train.py")
 FIGURES = ("examples_per_second", "time_to_first_step_seconds",
            "startup_seconds", "peak_rss_mib", "process_peak_rss_mib",
-           "available_cores")
+           "available_cores", "cores_used")
 # A run starts once this many cores are free (or after a short wait): the
 # machine is shared.
 QUIET_CORES = 0.85 * (os.cpu_count() or 1)
@@ -246,44 +246,54 @@ def run_variant(workload: Workload, variant: Variant,
   return result
 
 
-def progress_marks(lines) -> List[Tuple[int, float, float]]:
-  """`(step, seconds since start, peak RSS MiB)` of each progress line."""
+def progress_marks(lines) -> List[Tuple[int, float, float, Optional[float]]]:
+  """`(step, seconds since start, peak RSS MiB, CPU seconds)` of each
+  progress line."""
   marks = []
-  for seconds, line, peak in lines:
+  for seconds, line, peak, cpu in lines:
     match = PROGRESS_LINE.match(line)
     if match:
-      marks.append((int(match.group(1)), seconds, peak))
+      marks.append((int(match.group(1)), seconds, peak, cpu))
   return marks
 
 
-def figures(workload: Workload, marks: List[Tuple[int, float, float]]
+def figures(workload: Workload,
+            marks: List[Tuple[int, float, float, Optional[float]]]
             ) -> Dict[str, Any]:
-  """Time to first step, steady examples/s, startup and peak memory while
-  training, from the loop-end marks.
+  """Time to first step, steady examples/s, startup, peak memory and cores
+  used while training, from the loop-end marks (`progress_marks`).
+
+  `cores_used` is the process's CPU time over the wall time of the same
+  window: a variant that uses more cores than the others for the same
+  steps loses more when other work holds one (the `loaded` condition).
 
   Raises:
     ValueError: if no loop ended at `warmup_steps` or the run stopped short.
   """
-  steps = {step: seconds for step, seconds, _ in marks}
-  first_step, first_seconds, _ = marks[0]
-  last_step, last_seconds, last_peak = marks[-1]
-  if workload.warmup_steps not in steps or last_step != workload.train_steps:
-    raise ValueError(f"Loops ended at steps {sorted(steps)}: none at "
+  at = {step: (seconds, cpu) for step, seconds, _, cpu in marks}
+  first_step, first_seconds, _, _ = marks[0]
+  last_step, last_seconds, last_peak, last_cpu = marks[-1]
+  if workload.warmup_steps not in at or last_step != workload.train_steps:
+    raise ValueError(f"Loops ended at steps {sorted(at)}: none at "
                      f"warmup_steps={workload.warmup_steps} or the last "
                      f"step, {workload.train_steps}.")
   window = last_step - workload.warmup_steps
-  seconds = last_seconds - steps[workload.warmup_steps]
+  warm_seconds, warm_cpu = at[workload.warmup_steps]
+  seconds = last_seconds - warm_seconds
   step_seconds = seconds / window
-  return {
+  result = {
       "examples_per_second": window * workload.global_batch_size / seconds,
       "time_to_first_step_seconds": first_seconds,
       "first_loop_steps": first_step,
       "startup_seconds": first_seconds - (first_step - 1) * step_seconds,
       "peak_rss_mib": last_peak,
       # The first loops show one-off costs; the rest only the steady state.
-      "loop_ends": [(step, seconds) for step, seconds, _ in
+      "loop_ends": [(step, seconds) for step, seconds, _, _ in
                     (marks if len(marks) <= 8 else marks[:6] + marks[-2:])],
   }
+  if warm_cpu is not None and last_cpu is not None:
+    result["cores_used"] = (last_cpu - warm_cpu) / seconds
+  return result
 
 
 def measure(workloads: Dict[str, Workload], variants: Dict[str, Variant],

@@ -5,7 +5,9 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -13,6 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import _common
 from benchmarks import claims
 from benchmarks import report
 from benchmarks import run_all
@@ -26,29 +29,38 @@ DIGITS = training_loops.Workload("digits_convnet", global_batch_size=10,
 
 def test_figures_time_the_same_window_whatever_the_first_loop():
   # One step first (ours), or a whole loop (stock TFM), then 1 s a step.
+  # The last field: CPU seconds so far, all threads.
   ours = training_loops.figures(DIGITS, [
-      (1, 5.0, 100.0), (2, 7.0, 110.0), (4, 9.0, 120.0), (6, 11.0, 130.0)])
+      (1, 5.0, 100.0, 8.0), (2, 7.0, 110.0, 10.0), (4, 9.0, 120.0, 13.0),
+      (6, 11.0, 130.0, 16.0)])
   stock = training_loops.figures(DIGITS, [
-      (2, 6.0, 100.0), (4, 9.0, 120.0), (6, 11.0, 125.0)])
+      (2, 6.0, 100.0, 9.0), (4, 9.0, 120.0, 12.0), (6, 11.0, 125.0, 14.0)])
   assert ours["examples_per_second"] == stock["examples_per_second"] == 10.0
   assert ours["time_to_first_step_seconds"] == ours["startup_seconds"] == 5.0
   assert stock["first_loop_steps"] == 2
   assert stock["startup_seconds"] == 5.0  # 6 s less one steady step.
   assert ours["peak_rss_mib"] == 130.0  # At the last progress line.
+  # CPU over wall of steps 4..6: 3 s in 2 s, and 2 s in 2 s.
+  assert (ours["cores_used"], stock["cores_used"]) == (1.5, 1.0)
+  # A run whose CPU time could not be read has no such figure.
+  gone = training_loops.figures(DIGITS, [(4, 9.0, 1.0, 13.0),
+                                         (6, 11.0, 1.0, None)])
+  assert "cores_used" not in gone
 
 
 def test_figures_refuse_a_run_without_a_loop_end_at_warmup_steps():
   with pytest.raises(ValueError, match="warmup_steps=4"):
-    training_loops.figures(DIGITS, [(3, 1.0, 1.0), (6, 2.0, 1.0)])
+    training_loops.figures(DIGITS, [(3, 1.0, 1.0, 1.0), (6, 2.0, 1.0, 2.0)])
 
 
 def test_progress_marks_read_only_progress_lines():
-  lines = [(0.5, "I1129 some log line", 50.0),
-           (1.0, "step 1/6 | accuracy 0.1 | first step after 1.0s", 60.0),
-           (2.0, "eval @ step 2 | accuracy 0.5", 70.0),
-           (3.0, "step 6/6 | 10 ex/s", 80.0)]
-  assert training_loops.progress_marks(lines) == [(1, 1.0, 60.0),
-                                                  (6, 3.0, 80.0)]
+  lines = [(0.5, "I1129 some log line", 50.0, 0.4),
+           (1.0, "step 1/6 | accuracy 0.1 | first step after 1.0s", 60.0,
+            0.9),
+           (2.0, "eval @ step 2 | accuracy 0.5", 70.0, 1.8),
+           (3.0, "step 6/6 | 10 ex/s", 80.0, 2.9)]
+  assert training_loops.progress_marks(lines) == [(1, 1.0, 60.0, 0.9),
+                                                  (6, 3.0, 80.0, 2.9)]
 
 
 def _variant(examples_per_second, first_step, first_loop):
@@ -392,3 +404,15 @@ def test_every_link_into_results_md_names_an_anchor_it_has():
         links.setdefault(anchor, []).append(os.path.relpath(path, REPO))
   assert "default-input-pool" in anchors
   assert {a: p for a, p in links.items() if a not in anchors} == {}
+
+
+def test_cpu_seconds_count_a_live_process_and_none_once_it_is_gone():
+  before = _common._cpu_seconds(os.getpid())  # pylint: disable=protected-access
+  start = time.process_time()
+  while time.process_time() - start < 0.2:
+    pass
+  after = _common._cpu_seconds(os.getpid())  # pylint: disable=protected-access
+  assert after - before >= 0.15
+  child = subprocess.Popen([sys.executable, "-c", "pass"])
+  child.wait()
+  assert _common._cpu_seconds(child.pid) is None  # pylint: disable=protected-access
