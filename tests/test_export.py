@@ -112,6 +112,9 @@ def test_launcher_exports_the_best_checkpoint_that_classifies_as_it_evaluated(
   step = best["global_step"]
   assert step in (100, 200) and best["metrics"]["accuracy"] > 0.9
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-300")
+  # An evaluator's record, which the export must leave as it is.
+  evaluated = '{"mode": "continuous_eval", "eval_metrics": {"accuracy": 0.9}}'
+  (model_dir / "eval_summary.json").write_text(evaluated)
 
   run = launch_forked("--experiment=digits_convnet", "--mode=export",
                       model_dir=model_dir)
@@ -119,7 +122,10 @@ def test_launcher_exports_the_best_checkpoint_that_classifies_as_it_evaluated(
   assert run.returncode == 0, run
   path = model_dir / "export" / str(step)
   assert f"export @ step {step} | {path}" in run.stdout
-  assert f"done | export | step {step} |" in run.stdout
+  assert (f"done | export | step {step} |" in run.stdout
+          and f"| summary {model_dir}/export_summary.json" in run.stdout)
+  assert run.summary("export_summary.json")["mode"] == "export"
+  assert (model_dir / "eval_summary.json").read_text() == evaluated
   assert os.listdir(model_dir / "export") == [str(step)]
   serve = tf.saved_model.load(str(path)).signatures["serving_default"]
   spec = serve.structured_input_signature[1]["inputs"]

@@ -4,8 +4,8 @@ Shared by every launcher: `run` returns the summary of a completed run, or
 exits the process: 42 preempted (checkpoint saved, or nothing to save yet:
 a signal before the first step, or to an evaluator), 3 failed on its data
 (the last checkpoint intact), 2 bad input found only once running. Each
-writes the run summary (`run_summary.json`, or `eval_summary.json` for a
-mode that does not train) and the operative gin config first, when the run
+writes the run summary (`run_summary.json`; `eval_summary.json` or
+`export_summary.json` for a mode that does not train) and the operative gin config first, when the run
 got that far, and copies the log into a bucket `model_dir` last.
 """
 
@@ -64,9 +64,11 @@ def finish(request: driver.RunRequest, summary: RunSummary) -> str:
     path = ""
   else:
     train_utils.save_gin_config(request.mode, request.model_dir)
-    # An evaluator beside a trainer must not overwrite the trainer's record.
+    # An evaluator beside a trainer must not overwrite the trainer's record,
+    # nor an export the evaluator's.
+    mode = modes.get_mode(request.mode)
     path = summary.write(request.model_dir, run_summary.summary_filename(
-        modes.get_mode(request.mode).trains))
+        mode.trains, mode.evaluates))
     logging.info("Run summary: %s", path)
   logging.flush()
   # TensorFlow objects collected at interpreter exit may still log after

@@ -165,7 +165,8 @@ def main(argv) -> None:
       max_restarts=FLAGS.max_restarts,
       backoff_seconds=FLAGS.restart_backoff_seconds))
   path = os.path.join(plan.request.model_dir,
-                      run_summary.summary_filename(plan.mode.trains))
+                      run_summary.summary_filename(plan.mode.trains,
+                                                   plan.mode.evaluates))
   written = f" | summary {path}" if summary.chief else ""
   print(f"done | {summary.mode} | step {summary.global_step} | "
         f"{summary.wall_seconds:.1f}s{written}")

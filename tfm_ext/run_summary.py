@@ -1,8 +1,9 @@
 """`RunSummary`: what a run did, written to `model_dir/run_summary.json`.
 
-A run that does not train (`eval`, `continuous_eval`) writes
-`eval_summary.json` instead, so an evaluator beside a trainer never
-overwrites the trainer's record.
+A run that does not train writes its own instead, so that no mode
+overwrites another's record: `eval` and `continuous_eval` write
+`eval_summary.json` (an evaluator beside a trainer never overwrites the
+trainer's), `export` writes `export_summary.json`.
 """
 
 import dataclasses
@@ -16,6 +17,7 @@ from tfm_ext import _files
 
 FILENAME = "run_summary.json"
 EVAL_FILENAME = "eval_summary.json"
+EXPORT_FILENAME = "export_summary.json"
 # One record per training start; the append-only file of older versions is
 # still read.
 STARTS = "training_starts"
@@ -23,9 +25,12 @@ LEGACY_STARTS = "training_starts.jsonl"
 _START_KEYS = {"restored_step": int, "time": (int, float)}
 
 
-def summary_filename(trains: bool) -> str:
-  """The summary a run writes: `run_summary.json` if its mode trains."""
-  return FILENAME if trains else EVAL_FILENAME
+def summary_filename(trains: bool, evaluates: bool = True) -> str:
+  """The summary a run writes: `run_summary.json` if its mode trains,
+  else `eval_summary.json` if it evaluates, else `export_summary.json`."""
+  if trains:
+    return FILENAME
+  return EVAL_FILENAME if evaluates else EXPORT_FILENAME
 
 
 @dataclasses_json.dataclass_json
