@@ -170,6 +170,8 @@ def machine_section(results: Results, title: str) -> str:
               "timed here)" if results.get("training_loops_from") else "")
            + (f"; **stopped before** {', '.join(results['not_run'])}"
               if results.get("not_run") else "")),
+          *((("kept from earlier runs", _kept(results["kept"])),)
+            if results.get("kept") else ()),
           ("conditions", "idle, and loaded: "
            f"{next(iter(busy.values()))['busy_cores']} of {m['cores']} cores "
            "kept busy by other processes (a Python busy loop each) while "
@@ -189,6 +191,15 @@ def machine_section(results: Results, title: str) -> str:
       "loops after that. A run far below its variant's median ran while "
       "the machine slowed down, which `cores free`, measured before the "
       "run, does not catch.\n")
+
+
+def _kept(kept: Results) -> str:
+  """The scripts a `--only` run kept, by the commit and date that ran them."""
+  runs: Dict[Tuple[str, str], List[str]] = {}
+  for name, machine in kept.items():
+    runs.setdefault((machine["commit"], machine["date"]), []).append(name)
+  return "; ".join(f"{', '.join(names)} (commit {commit}, {date})"
+                   for (commit, date), names in runs.items())
 
 
 RATIOS = (

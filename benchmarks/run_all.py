@@ -4,6 +4,7 @@
     python benchmarks/run_all.py            # everything, for releases
     python benchmarks/run_all.py --repeats=2   # everything, fewer repeats
     python benchmarks/run_all.py --variants=ours,stock_tfm,...  # fewer loops
+    python benchmarks/run_all.py --only=training_loops  # keep the rest
     python benchmarks/run_all.py --smoke    # tiny sizes: checks that it runs
 
 Every figure is taken in two conditions: `idle`, and `loaded`, with half
@@ -26,6 +27,12 @@ training loop variants named; `results.json` records both.
 `--training_loops=FILE` takes the training loops' results from an earlier
 `training_loops.py --out` (written after each repeat) instead of running
 them, so that a run stopped part-way goes on.
+`--only=SCRIPTS` runs only those scripts and keeps the others' results
+from the full run already in the output directory, each with the machine
+and commit that measured it (`results["kept"]`): one script re-measured
+on a quiet machine need not cost the whole run. With `--only=
+training_loops`, workloads the new training loops lack (`--training_loops`
+from a `training_loops.py --workloads=...` run) are kept too.
 `results.json` is written again after each script, so a run stopped
 part-way keeps what it measured. `--smoke` writes to a scratch directory
 unless `--out_dir` is given.
@@ -40,7 +47,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,13 +76,18 @@ def _run_one(name: str, argv, results, condition: str) -> None:
 
 def run(mode: str, scratch: str, repeats: Optional[int] = None,
         variants: Optional[str] = None, training_loops: Optional[str] = None,
-        save: Callable[[Dict[str, Any]], None] = lambda results: None
-        ) -> Dict[str, Any]:
+        save: Callable[[Dict[str, Any]], None] = lambda results: None,
+        keep: Optional[Dict[str, Any]] = None,
+        only: Sequence[str] = BENCHMARKS) -> Dict[str, Any]:
   """Runs the mode's benchmarks; returns their results, idle and `loaded`.
 
   `repeats` and `variants` (comma-separated): the training loops' (None:
   the mode's). `training_loops`: a `training_loops.py --out` file to take
   instead of running it. `save` gets the results so far after each script.
+  `only`: run just these of `BENCHMARKS` and take the others' results
+  from `keep`, an earlier full run's (and the training loops' workloads
+  not measured now); `results["kept"]` gives the machine (and commit) of
+  each thing kept.
   """
   results = {"machine": _common.machine(), "mode": mode,
              "available_cores_before": {}, "loaded": {}}
@@ -83,8 +95,23 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     results["repeats"] = repeats
   if variants:
     results["variants"] = variants
+  if keep is not None:
+    kept = [name for name in BENCHMARKS if name not in only and name in keep]
+    # Each kept script's machine and commit, through earlier `--only` runs.
+    results["kept"] = {name: keep.get("kept", {}).get(name, keep["machine"])
+                       for name in kept}
+    for name in kept:
+      results[name] = keep[name]
+      if name in keep.get("loaded", {}):
+        results["loaded"][name] = keep["loaded"][name]
+      for condition, before in keep.get("available_cores_before",
+                                        {}).items():
+        if name in before:
+          results["available_cores_before"].setdefault(condition, {})[
+              name] = before[name]
   start = time.time()
-  names = BENCHMARKS[:1] if mode == "quick" else BENCHMARKS
+  names = (BENCHMARKS[:1] if mode == "quick" else
+           [name for name in BENCHMARKS if name in only])
   for i, name in enumerate(names):
     out = os.path.join(scratch, f"{name}.json")
     argv = [_common.script(f"{name}.py"), f"--out={out}"]
@@ -108,6 +135,10 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     if name == "training_loops":  # Both conditions, interleaved.
       results["loaded"][name] = results[name]["loaded"]
       results[name] = results[name]["idle"]
+      if keep is not None:  # flops reads the merged training loops.
+        _keep_workloads(results, keep)
+        _common.write_json(out, {"idle": results[name],
+                                 "loaded": results["loaded"][name]})
     elif name != "flops":  # The machine's peak, and idle figures: idle only.
       busy = _common.CONDITIONS["loaded"]
       _run_one(name, argv + [f"--busy={busy}"], results, "loaded")
@@ -117,6 +148,21 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     results["not_run"] = list(names[i + 1:])  # Until the run ends.
     save(results)
   return results
+
+
+def _keep_workloads(results: Dict[str, Any], keep: Dict[str, Any]) -> None:
+  """Adds the training loops' workloads of `keep` that `results` did not
+  measure, noting each in `results["kept"]` as `training_loops <workload>`.
+  """
+  for workload, loops in keep["training_loops"].items():
+    if workload in results["training_loops"]:
+      continue
+    key = f"training_loops {workload}"
+    results["kept"][key] = keep.get("kept", {}).get(key, keep["machine"])
+    results["training_loops"][workload] = loops
+    loaded = keep.get("loaded", {}).get("training_loops", {})
+    if workload in loaded:
+      results["loaded"]["training_loops"][workload] = loaded[workload]
 
 
 def read(out_dir: str, name: str) -> Optional[Dict[str, Any]]:
@@ -135,6 +181,23 @@ def render(out_dir: str) -> None:
                           read(out_dir, FILES["quick"]),
                           read(out_dir, GPU_FILE)))
   print(f"wrote {out_dir}/RESULTS.md")
+
+
+def _only(parser: argparse.ArgumentParser, only: Optional[str], mode: str,
+          out_dir: str) -> Tuple[Sequence[str], Optional[Dict[str, Any]]]:
+  """`--only`'s scripts, and the full run whose other results it keeps."""
+  if not only:
+    return BENCHMARKS, None
+  names = only.split(",")
+  if set(names) - set(BENCHMARKS):
+    parser.error(f"--only: give any of {', '.join(BENCHMARKS)}")
+  keep = read(out_dir, FILES["full"])
+  if mode != "full" or keep is None or keep.get("mode", "full") != "full":
+    parser.error(f"--only keeps the other scripts' results of a full run: "
+                 f"none in {os.path.join(out_dir, FILES['full'])}")
+  if "training_loops" in names:
+    names.append("flops")  # It reads the training loops' figures.
+  return names, keep
 
 
 def main(argv=None) -> None:
@@ -160,6 +223,11 @@ def main(argv=None) -> None:
                       "training loops' results from FILE (a `training_loops"
                       ".py --out`, written after each repeat) instead of "
                       "running them: a run stopped part-way goes on.")
+  parser.add_argument("--only", metavar="SCRIPTS", help="Comma-separated, "
+                      f"of {', '.join(BENCHMARKS)}: run only these and keep "
+                      "the others' results from the full run already in "
+                      "the output directory (flops runs again with the "
+                      "training loops).")
   parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
                       "go (default: benchmarks/, or a scratch directory "
                       "with --smoke).")
@@ -173,12 +241,14 @@ def main(argv=None) -> None:
       if mode == "smoke" else os.path.join(_common.REPO, "benchmarks"))
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, FILES[mode])
+  only, keep = _only(parser, args.only, mode, out_dir)
   # Kept if the run fails: `training_loops.json` there holds the repeats
   # done so far, for `--training_loops`.
   scratch = tempfile.mkdtemp(prefix="tfm_ext_benchmarks_")
   try:
     run(mode, scratch, args.repeats, args.variants, args.training_loops,
-        save=lambda results: _common.write_json(path, results))
+        save=lambda results: _common.write_json(path, results), keep=keep,
+        only=only)
   except BaseException:
     print(f"stopped; the scripts' results so far are in {scratch}",
           flush=True)

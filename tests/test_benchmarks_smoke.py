@@ -1,5 +1,6 @@
 """The benchmarks' arithmetic and report on made-up figures; nothing timed."""
 
+import argparse
 import dataclasses
 import glob
 import json
@@ -416,3 +417,57 @@ def test_cpu_seconds_count_a_live_process_and_none_once_it_is_gone():
   child = subprocess.Popen([sys.executable, "-c", "pass"])
   child.wait()
   assert _common._cpu_seconds(child.pid) is None  # pylint: disable=protected-access
+
+
+def test_only_reruns_some_scripts_and_keeps_the_others_with_their_commit(
+    tmp_path):
+  earlier = dict(_results(), mode="full",
+                 loaded={"startup": _results()["startup"]},
+                 available_cores_before={"idle": {"startup": 1.9}})
+  for loops in earlier["training_loops"].values():
+    loops["busy_cores"] = 1
+  earlier["loaded"]["training_loops"] = earlier["training_loops"]
+  loops = json.loads(json.dumps(earlier["training_loops"]))
+  loops["digits_convnet"]["variants"]["ours"] = _variant(120.0, 5.0, 1)
+  # A workload the new run did not measure is kept, with its commit.
+  per_step = loops.pop("digits_convnet_per_step")
+  path = tmp_path / "new_loops.json"
+  path.write_text(json.dumps({"idle": loops, "loaded": loops}))
+  results = run_all.run("full", str(tmp_path), training_loops=str(path),
+                        keep=earlier, only=("training_loops",))
+  # What flops would read: the merged loops.
+  assert json.loads((tmp_path / "training_loops.json").read_text())[
+      "idle"] == results["training_loops"]
+  assert results["training_loops"] == results["loaded"]["training_loops"] == (
+      dict(loops, digits_convnet_per_step=per_step))
+  for name in ("flops", "input_pipelines", "checkpoint_cost", "loop_costs",
+               "startup", "training_loops digits_convnet_per_step"):
+    assert results["kept"][name]["commit"] == "abc1234"
+    if " " not in name:
+      assert results[name] == earlier[name]
+  assert results["loaded"]["startup"] == earlier["startup"]
+  assert results["available_cores_before"]["idle"]["startup"] == 1.9
+  assert results["machine"]["commit"] != "abc1234"  # This checkout's.
+  # Kept again by a later run: still the run that measured them.
+  again = run_all.run("full", str(tmp_path), training_loops=str(path),
+                      keep=results, only=("training_loops",))
+  assert again["kept"] == results["kept"]
+  assert _fields(report.render(again))["kept from earlier runs"] == (
+      "flops, input_pipelines, checkpoint_cost, loop_costs, startup, "
+      "training_loops digits_convnet_per_step (commit abc1234, today)")
+
+
+def test_only_needs_an_earlier_full_run_and_reruns_flops_with_the_loops(
+    tmp_path, capsys):
+  parser = argparse.ArgumentParser()
+  with pytest.raises(SystemExit):
+    run_all.main(["--only=startup", f"--out_dir={tmp_path}"])
+  assert "none in" in capsys.readouterr().err
+  (tmp_path / "results.json").write_text(json.dumps(dict(_results(),
+                                                         mode="full")))
+  with pytest.raises(SystemExit):
+    run_all.main(["--only=training_loop", f"--out_dir={tmp_path}"])
+  assert "--only: give any of training_loops" in capsys.readouterr().err
+  names, keep = run_all._only(parser, "training_loops", "full", str(tmp_path))
+  assert names == ["training_loops", "flops"]
+  assert keep["machine"]["commit"] == "abc1234"
