@@ -8,6 +8,7 @@ never the latest); each test exports a copy of it.
 import os
 import pathlib
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -164,14 +165,26 @@ def test_without_a_best_checkpoint_the_latest_is_exported_once(
 def test_an_interrupted_exports_leftover_is_cleared_first(trained,
                                                        model_dir):
   shutil.rmtree(model_dir / "best_ckpt")
-  partial = model_dir / "export" / ".300.partial"
-  partial.mkdir(parents=True)
-  (partial / "left_by_a_killed_export").write_text("")
+  exports = model_dir / "export"
+  # Left by an older version, and by a killed export of this machine.
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  live = subprocess.Popen(["sleep", "60"])
+  owner = export._owner()  # pylint: disable=protected-access
+  leftovers = [".300.partial", f".300.partial.{owner}.{dead.pid}"]
+  # In flight: a live process's copy, and another machine's.
+  in_flight = [f".300.partial.{owner}.{live.pid}", ".300.partial.0ther.7"]
+  try:
+    for name in leftovers + in_flight:
+      (exports / name).mkdir(parents=True)
+      (exports / name / "half_written").write_text("")
 
-  summary, _ = _run("export", model_dir, 300)
+    summary, _ = _run("export", model_dir, 300)
+  finally:
+    live.kill()
 
   assert summary.status == "completed"
-  assert os.listdir(model_dir / "export") == ["300"]
+  assert sorted(os.listdir(exports)) == sorted(in_flight + ["300"])
   assert sorted(os.listdir(model_dir / "export" / "300")) == [
       "assets", "fingerprint.pb", "keras_metadata.pb", "saved_model.pb",
       "variables"]
@@ -210,3 +223,16 @@ def test_export_without_a_checkpoint_exits_2_before_writing(launch_forked,
   assert "error: No checkpoint in --model_dir=" in run.stderr
   assert "Traceback" not in run.stderr
   assert not model_dir.exists()
+
+
+def test_an_export_that_another_finished_first_is_dropped(tmp_path):
+  finished, mine = tmp_path / "300", tmp_path / ".300.partial.x.1"
+  for folder, content in ((finished, b"first"), (mine, b"second")):
+    folder.mkdir()
+    (folder / "saved_model.pb").write_bytes(content)
+
+  with pytest.raises(FileExistsError, match="another export"):
+    export.place(str(mine), str(finished))
+
+  assert os.listdir(tmp_path) == ["300"]
+  assert (finished / "saved_model.pb").read_bytes() == b"first"

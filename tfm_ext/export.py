@@ -32,7 +32,9 @@ the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
 """
 
 import dataclasses
+import hashlib
 import os
+import socket
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import tensorflow as tf
@@ -40,6 +42,7 @@ import tf_keras
 
 from official.core import export_base
 
+from tfm_ext import lease
 from tfm_ext.errors import UsageError
 
 SUBDIR = "export"
@@ -151,25 +154,70 @@ def save(module: ServingModule, export_dir: str) -> str:
   TFM's `export_base.export` saves the module as the SavedModel's root;
   here the root is the model, so the SavedModel also loads with
   `tf_keras.models.load_model` (the TF-Hub exports rely on it). It is
-  written into a hidden sibling and renamed into place: on a local disk a
-  reader (TF Serving watching `export/`) never sees it half-written, and an
-  interrupted export leaves only the hidden directory, replaced by the next.
+  written into a hidden sibling of this process's own and renamed into
+  place: on a local disk a reader (TF Serving watching `export/`) never
+  sees it half-written. Two exports of one directory at once each write
+  their own; the first rename wins and the other's copy is dropped. What
+  an interrupted export of this machine left is cleared first
+  (`_clear_leftovers`).
 
   Raises:
-    FileExistsError: `export_dir` exists; it is never overwritten.
+    FileExistsError: `export_dir` exists, or another export put it there
+      meanwhile; it is never overwritten.
   """
   export_dir = export_dir.rstrip("/")
   if tf.io.gfile.exists(export_dir):
     raise FileExistsError(f"{export_dir} exists; not overwritten.")
   parent, name = os.path.split(export_dir)
-  partial = os.path.join(parent, f".{name}.partial")
-  if tf.io.gfile.exists(partial):
-    tf.io.gfile.rmtree(partial)
+  _clear_leftovers(parent, name)
+  partial = os.path.join(parent, f".{name}.partial.{_owner()}.{os.getpid()}")
   module.model.save(partial, save_format="tf", include_optimizer=False,
                     signatures=module.get_inference_signatures(
                         {"serve": SIGNATURE}))
-  tf.io.gfile.rename(partial, export_dir)
+  place(partial, export_dir)
   return export_dir
+
+
+def place(partial: str, export_dir: str) -> None:
+  """Renames the finished `partial` to `export_dir`, which it never replaces.
+
+  Raises:
+    FileExistsError: `export_dir` appeared while `partial` was written (a
+      second export of it); `partial` is deleted.
+  """
+  try:
+    tf.io.gfile.rename(partial, export_dir)
+  except (tf.errors.OpError, OSError):
+    if not tf.io.gfile.exists(export_dir):
+      raise
+    tf.io.gfile.rmtree(partial)
+    raise FileExistsError(f"{export_dir} was written by another export "
+                          "meanwhile; not overwritten.") from None
+
+
+def _owner() -> str:
+  """This machine and pid namespace, short: where a pid names one process."""
+  where = f"{socket.gethostname()}/{lease.pid_space()}"
+  return hashlib.sha256(where.encode()).hexdigest()[:8]
+
+
+def _clear_leftovers(parent: str, name: str) -> None:
+  """Deletes the hidden copies of `name` that interrupted exports left.
+
+  Those are the copies of a process of this machine that is gone, and
+  those of versions that named them `.<name>.partial`. Another machine's
+  copy may be an export in flight: it stays.
+  """
+  prefix = f".{name}.partial"
+  mine = f"{prefix}.{_owner()}."
+  if not tf.io.gfile.isdir(parent):
+    return
+  for entry in tf.io.gfile.listdir(parent):
+    entry = entry.rstrip("/")
+    pid = entry[len(mine):] if entry.startswith(mine) else ""
+    if entry == prefix or (pid.isdigit() and int(pid) != os.getpid()
+                           and not lease.pid_alive(int(pid))):
+      tf.io.gfile.rmtree(os.path.join(parent, entry))
 
 
 def checkpoint_to_export(model_dir: str, best_subdir: str) -> str:
@@ -200,13 +248,15 @@ def export_model_dir(trainer, params, model_dir: str) -> Optional[str]:
   restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
   step = int(trainer.global_step.numpy())
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
-  if tf.io.gfile.exists(export_dir):
+  try:
+    if tf.io.gfile.exists(export_dir):
+      raise FileExistsError(export_dir)
+    save(ServingModule(params, trainer.model, serving_inputs(
+        trainer.model, trainer, trainer.task)), export_dir)
+  except FileExistsError:  # Also where another export finished first.
     print(f"export @ step {step} | {export_dir} exists: not overwritten",
           flush=True)
     return None
-  module = ServingModule(params, trainer.model, serving_inputs(
-      trainer.model, trainer, trainer.task))
-  save(module, export_dir)
   print(f"export @ step {step} | {export_dir} | from {checkpoint}",
         flush=True)
   return export_dir

@@ -25,7 +25,7 @@ LEGACY_STARTS = "training_starts.jsonl"
 _START_KEYS = {"restored_step": int, "time": (int, float)}
 
 
-def summary_filename(trains: bool, evaluates: bool = True) -> str:
+def summary_filename(trains: bool, evaluates: bool) -> str:
   """The summary a run writes: `run_summary.json` if its mode trains,
   else `eval_summary.json` if it evaluates, else `export_summary.json`."""
   if trains:
