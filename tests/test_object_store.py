@@ -133,6 +133,19 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert sorted(tf.io.gfile.listdir(f"{model_dir}/eval_ledger")) == [
       "ckpt-20.json", "ckpt-40.json", "ckpt-60.json"]
 
+  # The best checkpoint exported into the bucket, whole, under its step
+  # (test_export.py checks that a second export leaves it as it is).
+  best = manifest["checkpoints"][0]["global_step"]
+  exported = run_job("export", model_dir)
+  assert (exported.status, exported.global_step) == ("completed", best)
+  # `ram://` lists by prefix: export/ shows export_summary.json's tail too.
+  exports = [e.rstrip("/") for e in tf.io.gfile.listdir(f"{model_dir}/export")]
+  assert str(best) in exports
+  assert not [e for e in exports if e.startswith(".")]  # No hidden copy left.
+  saved = f"{model_dir}/export/{best}"
+  serve = tf.saved_model.load(saved).signatures["serving_default"]
+  assert serve(inputs=tf.zeros([3, 8, 8, 1]))["outputs"].shape == [3, 10]
+
   # The absl log of each run, copied into the bucket when it ended (runs of
   # one process in one second share a name: fewer files than runs).
   logs = read_logs(model_dir)
@@ -144,7 +157,7 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert not os.listdir(cwd)
   assert not os.path.exists(os.path.join(REPO, "ram:"))
   # Each run logged to a local temp dir of its own first.
-  assert len(list(local_tmp.glob("tfm_ext_logs_*"))) == 4
+  assert len(list(local_tmp.glob("tfm_ext_logs_*"))) == 5
 
 
 def test_a_job_that_exits_still_copies_its_log(run_job, tmp_path,

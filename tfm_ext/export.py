@@ -42,10 +42,12 @@ import tf_keras
 
 from official.core import export_base
 
+from tfm_ext import _files
 from tfm_ext import lease
 from tfm_ext.errors import UsageError
 
 SUBDIR = "export"
+_SAVED_MODEL_PB = "saved_model.pb"
 SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 
 
@@ -169,8 +171,9 @@ def save(module: ServingModule, export_dir: str) -> str:
   if tf.io.gfile.exists(export_dir):
     raise FileExistsError(f"{export_dir} exists; not overwritten.")
   parent, name = os.path.split(export_dir)
-  _clear_leftovers(parent, name)
-  partial = os.path.join(parent, f".{name}.partial.{_owner()}.{os.getpid()}")
+  owner = _owner()
+  _clear_leftovers(parent, name, owner)
+  partial = os.path.join(parent, f".{name}.partial.{owner}.{os.getpid()}")
   module.model.save(partial, save_format="tf", include_optimizer=False,
                     signatures=module.get_inference_signatures(
                         {"serve": SIGNATURE}))
@@ -179,14 +182,23 @@ def save(module: ServingModule, export_dir: str) -> str:
 
 
 def place(partial: str, export_dir: str) -> None:
-  """Renames the finished `partial` to `export_dir`, which it never replaces.
+  """Moves the finished `partial` to `export_dir`, which it never replaces.
+
+  On a local disk that is one rename. An object store renames a folder
+  object by object, if at all (`ram://` moves the folder's name alone), so
+  there each file is copied, `saved_model.pb` last: a SavedModel is
+  complete once it is there.
 
   Raises:
     FileExistsError: `export_dir` appeared while `partial` was written (a
       second export of it); `partial` is deleted.
   """
   try:
-    tf.io.gfile.rename(partial, export_dir)
+    if _files.local_path(export_dir) is not None:
+      tf.io.gfile.rename(partial, export_dir)
+    else:
+      _copy_saved_model(partial, export_dir)
+      tf.io.gfile.rmtree(partial)
   except (tf.errors.OpError, OSError):
     if not tf.io.gfile.exists(export_dir):
       raise
@@ -195,21 +207,36 @@ def place(partial: str, export_dir: str) -> None:
                           "meanwhile; not overwritten.") from None
 
 
+def _copy_saved_model(source: str, target: str) -> None:
+  """Copies the SavedModel `source` to a new `target`, `saved_model.pb` last.
+
+  Raises:
+    FileExistsError: `target` exists.
+  """
+  if tf.io.gfile.exists(target):
+    raise FileExistsError(target)
+  files = [os.path.join(folder, name)[len(source):].lstrip("/")
+           for folder, _, names in tf.io.gfile.walk(source) for name in names]
+  for name in sorted(files, key=lambda name: name == _SAVED_MODEL_PB):
+    tf.io.gfile.makedirs(os.path.dirname(os.path.join(target, name)))
+    tf.io.gfile.copy(os.path.join(source, name), os.path.join(target, name))
+
+
 def _owner() -> str:
   """This machine and pid namespace, short: where a pid names one process."""
   where = f"{socket.gethostname()}/{lease.pid_space()}"
   return hashlib.sha256(where.encode()).hexdigest()[:8]
 
 
-def _clear_leftovers(parent: str, name: str) -> None:
+def _clear_leftovers(parent: str, name: str, owner: str) -> None:
   """Deletes the hidden copies of `name` that interrupted exports left.
 
-  Those are the copies of a process of this machine that is gone, and
-  those of versions that named them `.<name>.partial`. Another machine's
-  copy may be an export in flight: it stays.
+  Those are the copies of a process of this machine (`owner`, `_owner()`)
+  that is gone, and those of versions that named them `.<name>.partial`.
+  Another machine's copy may be an export in flight: it stays.
   """
   prefix = f".{name}.partial"
-  mine = f"{prefix}.{_owner()}."
+  mine = f"{prefix}.{owner}."
   if not tf.io.gfile.isdir(parent):
     return
   for entry in tf.io.gfile.listdir(parent):
@@ -248,15 +275,17 @@ def export_model_dir(trainer, params, model_dir: str) -> Optional[str]:
   restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
   step = int(trainer.global_step.numpy())
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
-  try:
-    if tf.io.gfile.exists(export_dir):
-      raise FileExistsError(export_dir)
-    save(ServingModule(params, trainer.model, serving_inputs(
-        trainer.model, trainer, trainer.task)), export_dir)
-  except FileExistsError:  # Also where another export finished first.
-    print(f"export @ step {step} | {export_dir} exists: not overwritten",
-          flush=True)
-    return None
-  print(f"export @ step {step} | {export_dir} | from {checkpoint}",
+  # Checked first, so an existing export never traces the serving module.
+  if not tf.io.gfile.exists(export_dir):
+    try:
+      save(ServingModule(params, trainer.model, serving_inputs(
+          trainer.model, trainer, trainer.task)), export_dir)
+    except FileExistsError:  # Another export finished first.
+      pass
+    else:
+      print(f"export @ step {step} | {export_dir} | from {checkpoint}",
+            flush=True)
+      return export_dir
+  print(f"export @ step {step} | {export_dir} exists: not overwritten",
         flush=True)
-  return export_dir
+  return None

@@ -164,6 +164,7 @@ def input_threads(runtime) -> int:
   """
   return runtime.dataset_num_private_threads or 0
 
+
 def with_input_threads(dataset: tf.data.Dataset,
                        threads: int) -> tf.data.Dataset:
   """`dataset` with a private pool of `threads` threads (0: as it is).
