@@ -170,7 +170,7 @@ def machine_section(results: Results, title: str) -> str:
               "timed here)" if results.get("training_loops_from") else "")
            + (f"; **stopped before** {', '.join(results['not_run'])}"
               if results.get("not_run") else "")),
-          *((("kept from earlier runs", _kept(results["kept"])),)
+          *((("taken from earlier runs", _kept(results["kept"])),)
             if results.get("kept") else ()),
           ("conditions", "idle, and loaded: "
            f"{next(iter(busy.values()))['busy_cores']} of {m['cores']} cores "
@@ -194,7 +194,9 @@ def machine_section(results: Results, title: str) -> str:
 
 
 def _kept(kept: Results) -> str:
-  """The scripts a `--only` run kept, by the commit and date that ran them."""
+  """What this run did not time itself (scripts a `--only` run kept, the
+  workloads of a `--training_loops` file), by the commit and date that
+  measured them."""
   runs: Dict[Tuple[str, str], List[str]] = {}
   for name, machine in kept.items():
     runs.setdefault((machine["commit"], machine["date"]), []).append(name)

@@ -26,7 +26,8 @@ machine where the full run would take hours, and `--variants` only the
 training loop variants named; `results.json` records both.
 `--training_loops=FILE` takes the training loops' results from an earlier
 `training_loops.py --out` (written after each repeat) instead of running
-them, so that a run stopped part-way goes on.
+them, so that a run stopped part-way goes on; the machine, commit and date
+FILE records are reported for each of its workloads (`results["kept"]`).
 `--only=SCRIPTS` runs only those scripts and keeps the others' results
 from the full run already in the output directory, each with the machine
 and commit that measured it (`results["kept"]`): one script re-measured
@@ -97,9 +98,15 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     results["variants"] = variants
   if keep is not None:
     kept = [name for name in BENCHMARKS if name not in only and name in keep]
-    # Each kept script's machine and commit, through earlier `--only` runs.
-    results["kept"] = {name: keep.get("kept", {}).get(name, keep["machine"])
-                       for name in kept}
+    # Each kept script's machine and commit, through earlier `--only` runs;
+    # the training loops' by workload.
+    results["kept"] = {name: _measured_by(keep, name)
+                       for name in kept if name != "training_loops"}
+    if "training_loops" in kept:
+      results["kept"].update(
+          (key, _measured_by(keep, key)) for key in (
+              f"training_loops {workload}"
+              for workload in keep["training_loops"]))
     for name in kept:
       results[name] = keep[name]
       if name in keep.get("loaded", {}):
@@ -127,6 +134,7 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     if name == "training_loops" and training_loops:
       shutil.copy(training_loops, out)
       results["training_loops_from"] = training_loops
+      _note_file_machine(results, out)
     else:
       _run_one(name, argv, results, "idle and loaded, interleaved"
                if name == "training_loops" else "idle")
@@ -150,6 +158,24 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
   return results
 
 
+def _measured_by(keep: Dict[str, Any], key: str) -> Dict[str, Any]:
+  """The machine (and commit) that measured `key` of the results `keep`:
+  a script, or `training_loops <workload>`."""
+  kept = keep.get("kept", {})
+  return kept.get(key, kept.get(key.split(" ")[0], keep["machine"]))
+
+
+def _note_file_machine(results: Dict[str, Any], path: str) -> None:
+  """Notes the machine of a `training_loops.py --out` file (it records one)
+  as what measured each of its workloads (`results["kept"]`)."""
+  with open(path) as f:
+    loops = json.load(f)
+  if "machine" in loops:
+    results.setdefault("kept", {}).update(
+        (f"training_loops {workload}", loops["machine"])
+        for workload in loops["idle"])
+
+
 def _keep_workloads(results: Dict[str, Any], keep: Dict[str, Any]) -> None:
   """Adds the training loops' workloads of `keep` that `results` did not
   measure, noting each in `results["kept"]` as `training_loops <workload>`.
@@ -158,7 +184,7 @@ def _keep_workloads(results: Dict[str, Any], keep: Dict[str, Any]) -> None:
     if workload in results["training_loops"]:
       continue
     key = f"training_loops {workload}"
-    results["kept"][key] = keep.get("kept", {}).get(key, keep["machine"])
+    results["kept"][key] = _measured_by(keep, key)
     results["training_loops"][workload] = loops
     loaded = keep.get("loaded", {}).get("training_loops", {})
     if workload in loaded:

@@ -17,10 +17,10 @@ On the same model, data, global batch and number of steps:
                  and metrics every `summary_interval` steps, as ours and
                  stock TFM write them (bare `Model.fit` writes nothing)
 
-and ablations of our defaults: on digits_convnet 200 steps per loop,
-TFM's one-replica `MirroredStrategy` (`runtime.mirror_one_device=true`) for
-`mirrored` on one CPU and a private input pool of half the cores; on both,
-XLA on the CPU; on ResNet50, bfloat16. A third workload,
+and ablations of our defaults: on digits_convnet 200 steps per loop and
+a private input pool of half the cores; on both, TFM's one-replica
+`MirroredStrategy` (`runtime.mirror_one_device=true`) for `mirrored` on one
+CPU and XLA on the CPU; on ResNet50, bfloat16. A third workload,
 digits_convnet at one step per loop, runs the five variants where what each
 does between loops (a host sync, progress, summaries) weighs most; it is not
 one of issue 5's comparisons.
@@ -169,7 +169,7 @@ VARIANTS = {
     # TFM's `mirrored` on one CPU device: a one-replica MirroredStrategy,
     # which ours replaces with no strategy.
     "ours_one_replica_mirror": Variant("ours", "runtime.mirror_one_device=true",
-                                       ("digits_convnet",)),
+                                       ("digits_convnet", "resnet50")),
     # A pool of its own for the input, of half the cores, where ours
     # leaves it on tf.data's pool as stock TFM does.
     "ours_private_pool": Variant(
@@ -579,14 +579,18 @@ def main(argv=None) -> Dict[str, Any]:
       parser.error(f"--workloads: give any of {sorted(workloads)}")
     workloads = {name: workloads[name] for name in names}
   # The quick mode warms the file cache once, for both workloads.
+  # The file also says where and on what code it was measured, for
+  # `run_all.py --training_loops=FILE` to report.
+  machine = _common.machine()
   results = measure(
       workloads, variants, args.repeats or repeats, conditions,
       warm_ups=1 if args.headline else None,
-      save=lambda so_far: args.out and _common.write_json(args.out, so_far))
+      save=lambda so_far: args.out and _common.write_json(
+          args.out, dict(so_far, machine=machine)))
   print(json.dumps({c: {w: r["ours_over"] for w, r in by_workload.items()}
                     for c, by_workload in results.items()}, indent=2))
   if args.out:
-    _common.write_json(args.out, results)
+    _common.write_json(args.out, dict(results, machine=machine))
   return results
 
 

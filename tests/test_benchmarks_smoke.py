@@ -452,9 +452,41 @@ def test_only_reruns_some_scripts_and_keeps_the_others_with_their_commit(
   again = run_all.run("full", str(tmp_path), training_loops=str(path),
                       keep=results, only=("training_loops",))
   assert again["kept"] == results["kept"]
-  assert _fields(report.render(again))["kept from earlier runs"] == (
+  assert _fields(report.render(again))["taken from earlier runs"] == (
       "flops, input_pipelines, checkpoint_cost, loop_costs, startup, "
       "training_loops digits_convnet_per_step (commit abc1234, today)")
+
+
+def test_training_loops_from_a_file_keep_the_commit_it_names(tmp_path):
+  earlier = dict(_results(), mode="full", loaded={})
+  for loops in earlier["training_loops"].values():
+    loops["busy_cores"] = 1
+  earlier["loaded"]["training_loops"] = earlier["training_loops"]
+  loops = json.loads(json.dumps(earlier["training_loops"]))
+  per_step = loops.pop("digits_convnet_per_step")
+  path = tmp_path / "new_loops.json"
+  clone = dict(earlier["machine"], commit="def5678", date="yesterday")
+  path.write_text(json.dumps({"idle": loops, "loaded": loops,
+                              "machine": clone}))
+  results = run_all.run("full", str(tmp_path), training_loops=str(path),
+                        keep=earlier, only=("training_loops",))
+  assert results["training_loops"]["digits_convnet_per_step"] == per_step
+  assert {key: machine["commit"] for key, machine in results["kept"].items()
+          if key.startswith("training_loops")} == {
+              "training_loops digits_convnet": "def5678",
+              "training_loops resnet50": "def5678",
+              "training_loops digits_convnet_per_step": "abc1234"}
+  # A later run that keeps all the training loops keeps them by workload.
+  later = run_all.run("full", str(tmp_path), keep=results, only=())
+  later["seconds"] = 1.0  # What a run of no scripts leaves unset.
+  assert {key: machine["commit"] for key, machine in later["kept"].items()
+          if key.startswith("training_loops")} == {
+              "training_loops digits_convnet": "def5678",
+              "training_loops resnet50": "def5678",
+              "training_loops digits_convnet_per_step": "abc1234"}
+  assert "training_loops digits_convnet, training_loops resnet50 (commit " \
+      "def5678, yesterday)" in _fields(report.render(later))[
+          "taken from earlier runs"]
 
 
 def test_only_needs_an_earlier_full_run_and_reruns_flops_with_the_loops(
