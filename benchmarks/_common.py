@@ -260,9 +260,11 @@ def machine() -> Dict[str, Any]:
       "tensorflow": metadata.version("tensorflow"),
       "tf_models_official": metadata.version("tf-models-official"),
       "commit": git("rev-parse", "--short", "HEAD"),
-      # Benchmarks run on the working tree: say whether it differs from HEAD.
-      "uncommitted_changes": bool(git("status", "--porcelain",
-                                      "--untracked-files=no")),
+      # Benchmarks run on the working tree: say whether its code differs
+      # from HEAD (the results files an earlier run just wrote do not count).
+      "uncommitted_changes": bool(git(
+          "status", "--porcelain", "--untracked-files=no", "--", ".",
+          ":!benchmarks/*.json", ":!benchmarks/RESULTS.md")),
       "date": time.strftime("%Y-%m-%d %H:%M %Z"),
       "bf16": cpu_bf16(),
   }
