@@ -134,13 +134,16 @@ def run(mode: str, scratch: str, repeats: Optional[int] = None,
     if name == "training_loops" and training_loops:
       shutil.copy(training_loops, out)
       results["training_loops_from"] = training_loops
-      _note_file_machine(results, out)
     else:
       _run_one(name, argv, results, "idle and loaded, interleaved"
                if name == "training_loops" else "idle")
     with open(out) as f:
       results[name] = json.load(f)
     if name == "training_loops":  # Both conditions, interleaved.
+      if training_loops and "machine" in results[name]:  # Measured there.
+        results.setdefault("kept", {}).update(
+            (f"training_loops {workload}", results[name]["machine"])
+            for workload in results[name]["idle"])
       results["loaded"][name] = results[name]["loaded"]
       results[name] = results[name]["idle"]
       if keep is not None:  # flops reads the merged training loops.
@@ -163,17 +166,6 @@ def _measured_by(keep: Dict[str, Any], key: str) -> Dict[str, Any]:
   a script, or `training_loops <workload>`."""
   kept = keep.get("kept", {})
   return kept.get(key, kept.get(key.split(" ")[0], keep["machine"]))
-
-
-def _note_file_machine(results: Dict[str, Any], path: str) -> None:
-  """Notes the machine of a `training_loops.py --out` file (it records one)
-  as what measured each of its workloads (`results["kept"]`)."""
-  with open(path) as f:
-    loops = json.load(f)
-  if "machine" in loops:
-    results.setdefault("kept", {}).update(
-        (f"training_loops {workload}", loops["machine"])
-        for workload in loops["idle"])
 
 
 def _keep_workloads(results: Dict[str, Any], keep: Dict[str, Any]) -> None:

@@ -156,10 +156,11 @@ def save(module: ServingModule, export_dir: str) -> str:
   TFM's `export_base.export` saves the module as the SavedModel's root;
   here the root is the model, so the SavedModel also loads with
   `tf_keras.models.load_model` (the TF-Hub exports rely on it). It is
-  written into a hidden sibling of this process's own and renamed into
-  place: on a local disk a reader (TF Serving watching `export/`) never
-  sees it half-written. Two exports of one directory at once each write
-  their own; the first rename wins and the other's copy is dropped. What
+  written into a hidden sibling of this process's own and moved into
+  place (`place`): on a local disk a reader (TF Serving watching
+  `export/`) never sees it half-written. Two exports of one directory at
+  once each write their own; the first to place it wins and the other's
+  copy is dropped. What
   an interrupted export of this machine left is cleared first
   (`_clear_leftovers`).
 
