@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import REPO
 from conftest import SMOKE
 from tfm_ext import _files
+from tfm_ext import console
 from tfm_ext import continuous_eval
 from tfm_ext import run_summary
 
@@ -34,16 +35,16 @@ def launcher_logging():
   if not parsed:
     flags.mark_as_parsed()
   saved_flags = {name: flags[name].value
-                 for name in ("logtostderr", "stderrthreshold")}
+                 for name in ("logtostderr", "stderrthreshold", "verbosity")}
   handler = logging.get_absl_handler()
   stream = handler.python_handler.stream
   root, absl_logger = std_logging.getLogger(), logging.get_absl_logger()
   levels = root.level, absl_logger.level
   tf_handlers = list(tf.get_logger().handlers)
   raise_exceptions = std_logging.raiseExceptions
-  root.addHandler(handler)  # What absl's app.run does.
-  root.setLevel(std_logging.INFO)
-  absl_logger.setLevel(std_logging.NOTSET)
+  root.addHandler(handler)  # What absl's app.run does, and its parsing:
+  flags.verbosity = 0  # INFO, on the root logger. TensorFlow's SavedModel
+  # writer saves and restores it, so a bare root level would not last.
   yield
   for name, value in saved_flags.items():
     setattr(flags, name, value)
@@ -146,10 +147,13 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   serve = tf.saved_model.load(saved).signatures["serving_default"]
   assert serve(inputs=tf.zeros([3, 8, 8, 1]))["outputs"].shape == [3, 10]
 
-  # The absl log of each run, copied into the bucket when it ended (runs of
-  # one process in one second share a name: fewer files than runs).
+  # A second export, which finds the first in place.
+  again = run_job("export", model_dir)
+  assert again.global_step == best
+
+  # The absl log of each run, copied into the bucket when it ended.
   logs = read_logs(model_dir)
-  assert logs and all(logs), [len(text) for text in logs]
+  assert len(logs) == 6 and all(logs), [len(text) for text in logs]
   text = "".join(logs)
   assert f"Run summary: {model_dir}/run_summary.json" in text
   assert f"Run summary: {model_dir}/eval_summary.json" in text
@@ -157,7 +161,7 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert not os.listdir(cwd)
   assert not os.path.exists(os.path.join(REPO, "ram:"))
   # Each run logged to a local temp dir of its own first.
-  assert len(list(local_tmp.glob("tfm_ext_logs_*"))) == 5
+  assert len(list(local_tmp.glob("tfm_ext_logs_*"))) == 6
 
 
 def test_a_job_that_exits_still_copies_its_log(run_job, tmp_path,
@@ -170,6 +174,23 @@ def test_a_job_that_exits_still_copies_its_log(run_job, tmp_path,
   assert exited.value.code == 2
   logs = read_logs(model_dir)
   assert len(logs) == 1 and "tf.data:" in logs[0], logs
+
+
+def test_logs_of_one_name_are_all_kept(tmp_path):
+  # absl names a log by host, user, second and pid: two runs of one process
+  # within a second write two local logs of one name.
+  model_dir = f"ram://{uuid.uuid4().hex}"
+  texts = ("first run\n", "second run\n", "third run\n")
+  for n, text in enumerate(texts):
+    local = tmp_path / str(n) / "tfm_ext.host.user.log.INFO.20261201-120000.7"
+    local.parent.mkdir()
+    local.write_text(text)
+    console._copy_log(str(local), f"{model_dir}/logs")  # pylint: disable=protected-access
+  assert sorted(tf.io.gfile.listdir(f"{model_dir}/logs")) == [
+      "tfm_ext.host.user.log.INFO.20261201-120000.7",
+      "tfm_ext.host.user.log.INFO.20261201-120000.7.1",
+      "tfm_ext.host.user.log.INFO.20261201-120000.7.2"]
+  assert sorted(read_logs(model_dir)) == sorted(texts)
 
 
 def test_records_cut_short_are_skipped_with_a_warning(caplog):

@@ -9,6 +9,7 @@ the console once.
 """
 
 import functools
+import itertools
 import os
 import sys
 import tempfile
@@ -236,12 +237,21 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
 
 
 def _copy_log(path: str, log_dir: str) -> None:
-  """Copies the log file `path` into `log_dir`; warns if it cannot."""
+  """Copies the log file `path` into `log_dir`; warns if it cannot.
+
+  absl names a log by program, host, user, second and pid: two runs of one
+  process within a second share a name. The later copy takes the first of
+  `name.1`, `name.2`... that is free rather than overwrite the earlier one.
+  """
   logging.flush()
   target = os.path.join(log_dir, os.path.basename(path))
   try:
     tf.io.gfile.makedirs(log_dir)
-    tf.io.gfile.copy(path, target, overwrite=True)
+    for n in itertools.count(1):
+      if not tf.io.gfile.exists(target):
+        break
+      target = os.path.join(log_dir, f"{os.path.basename(path)}.{n}")
+    tf.io.gfile.copy(path, target)
   except tf.errors.OpError as e:
     # The job's own exit code matters more than its log: warn, go on.
     logging.warning("Could not copy the log %s to %s: %s", path, target,
