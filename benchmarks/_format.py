@@ -12,8 +12,11 @@ VARIANT_NAMES = {
     "ours_xla": "ours, `runtime.xla_on_cpu=true`",
     "ours_one_replica_mirror": ("ours, `runtime.mirror_one_device=true` "
                                 "(TFM's one-replica `MirroredStrategy`)"),
-    "ours_tf_data_pool": ("ours, `runtime.dataset_num_private_threads=0` "
-                          "(tf.data's own pool for the input)"),
+    "ours_no_strategy": ("ours, `runtime.mirror_one_device=false` (no "
+                         "strategy for `mirrored` on one CPU)"),
+    "ours_private_pool": ("ours, a private input pool of half the cores "
+                          "(`runtime.dataset_num_private_threads`)"),
+    "ours_bfloat16": "ours, `runtime.mixed_precision_dtype=bfloat16`",
 }
 
 

@@ -218,17 +218,12 @@ RATIOS = (
 
 def targets_section(results: Results, prefix=lambda anchor: "") -> str:
   """The targets of issue 5, point 3, each met or missed."""
-  pool = any("ours_tf_data_pool" in loops["variants"]
-             for loops in results["training_loops"].values())
   return (
       "## Targets (issue 5, point 3)\n\n" + RATIOS + " `startup` is the "
       "time to first step less the steady-state time of the further steps "
       "of a variant's first loop: stock TFM and Keras show their first step "
-      "only when a whole first loop has run, ours after one step.\n"
-      + ("In this run ours gave its input a private tf.data pool (its "
-         "default then), which the other variants do not have: `ours with "
-         "tf.data's own pool` is ours without it.\n" if pool else "")
-      + "\n" + claims_table(*_claims(results, claims_lib.targets), prefix))
+      "only when a whole first loop has run, ours after one step.\n\n"
+      + claims_table(*_claims(results, claims_lib.targets), prefix))
 
 
 def defaults_section(results: Results, prefix=lambda anchor: "") -> str:

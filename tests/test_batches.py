@@ -45,7 +45,7 @@ def test_one_replica_trains_on_the_whole_global_batch(run_in_process,
                                                       tmp_path):
   summary, _ = run_in_process("digits_rows", "train", tmp_path, OVERRIDE)
   assert summary.status == "completed", summary
-  assert (summary.strategy, summary.replicas) == ("none", 1)
+  assert (summary.strategy, summary.replicas) == ("MirroredStrategy", 1)
   metrics = summary.train_metrics
   assert metrics["rows_per_replica"] == GLOBAL_BATCH
   assert metrics["examples_seen"] == LOOP * GLOBAL_BATCH

@@ -196,8 +196,11 @@ def test_loop_end_reads_as_a_graph_give_the_eager_values(run_in_process,
 
 
 def _private_pools(trainer):
+  """The pool size of the trainer's datasets (each worker's, under a
+  strategy's distributed dataset)."""
   return [dataset.options().threading.private_threadpool_size
-          for dataset in (trainer.train_dataset, trainer.eval_dataset)]
+          for distributed in (trainer.train_dataset, trainer.eval_dataset)
+          for dataset in getattr(distributed, "_datasets", [distributed])]
 
 
 def test_input_keeps_tf_datas_pool_unless_set_and_a_resume_may_change_it(

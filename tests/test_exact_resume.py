@@ -58,8 +58,8 @@ def uninterrupted(tmp_path_factory, launch_forked):
     assert result.returncode == 0, result
     assert result.summary()["deterministic"] is True
     assert result.summary()["input_in_checkpoint"] is True
-    # TFM's default `mirrored`, on one CPU device: no strategy.
-    assert strategy(result) == ("none", 1)
+    # TFM's default `mirrored`, on one CPU device: its one-replica mirror.
+    assert strategy(result) == ("MirroredStrategy", 1)
 
   return built_once(tmp_path_factory, "exact_resume_uninterrupted", run)
 
@@ -101,32 +101,33 @@ def test_without_iterator_state_a_resume_is_not_exact(
 @pytest.mark.slow
 def test_one_replica_mirror_and_no_strategy_are_the_same_run(
     start_forked, launch_forked, tmp_path):
-  """`mirrored` on one CPU builds no strategy: the same data and math, bit
-  for bit, as TFM's one-replica mirror, and it resumes the mirror's
-  checkpoints. Without dropout: under a strategy, Keras's generator-backed
-  dropout draws from a per-replica stream, so its masks differ. The resumed
-  run's tf.data pool has another size too: the data stay the same."""
+  """`runtime.mirror_one_device=false` builds no strategy for `mirrored` on
+  one CPU: the same data and math, bit for bit, as TFM's one-replica mirror
+  (the default), and the mirror resumes its checkpoints. Without dropout:
+  under a strategy, Keras's generator-backed dropout draws from a
+  per-replica stream, so its masks differ. The resumed run's tf.data pool
+  has another size too: the data stay the same."""
   no_dropout = "task.model.dropout_rate=0.0"
-  reference = launch_forked(*args(no_dropout), model_dir=tmp_path / "none",
+  reference = launch_forked(*args(no_dropout), model_dir=tmp_path / "mirror",
                             script=DOUBLES_TRAIN)
   assert reference.returncode == 0, reference
-  assert strategy(reference) == ("none", 1)
-  model_dir = tmp_path / "mirror_then_none"
+  assert strategy(reference) == ("MirroredStrategy", 1)
+  model_dir = tmp_path / "none_then_mirror"
   stopped = interrupt(start_forked, model_dir, DOUBLES_TRAIN,
-                      args(no_dropout, "runtime.mirror_one_device=true"),
+                      args(no_dropout, "runtime.mirror_one_device=false"),
                       r"step 70/", signal.SIGTERM)
-  assert strategy(stopped) == ("MirroredStrategy", 1)
+  assert strategy(stopped) == ("none", 1)
   # A private pool, where the default is tf.data's own.
   threads = 2
   final = launch_forked(*args(no_dropout,
                               f"runtime.dataset_num_private_threads={threads}"),
                         model_dir=model_dir, script=DOUBLES_TRAIN)
   assert final.returncode == 0, final
-  assert strategy(final) == ("none", 1)
+  assert strategy(final) == ("MirroredStrategy", 1)
   assert reference.summary()["input_threads"] != threads
   assert final.summary()["input_threads"] == threads
   assert final.summary()["resumed_from_step"] >= 70
-  assert differing(tmp_path / "none", model_dir) == []
+  assert differing(tmp_path / "mirror", model_dir) == []
 
 
 @pytest.mark.slow

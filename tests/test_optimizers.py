@@ -18,7 +18,8 @@ EMA = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
 @pytest.mark.parametrize("strategy", ["off", "mirrored", "one_device"])
 def test_ema_evaluates_and_saves_the_average_with_any_strategy(
     run_in_process, tmp_path, strategy):
-  # `mirrored` on one CPU builds no strategy (TF's default), as `off` does.
+  # `off` builds no strategy (TF's default); `mirrored` on one CPU, TFM's
+  # one-replica MirroredStrategy.
   summary, _ = run_in_process(
       "digits_convnet", "train_and_eval", tmp_path,
       EMA + f",runtime.distribution_strategy={strategy}", trainer="recording")

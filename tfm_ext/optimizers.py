@@ -10,7 +10,8 @@ def swap_ema_weights(optimizer) -> None:
 
   TFM's `ExponentialMovingAverage.swap_weights` refuses outside a
   cross-replica context, which TF's default strategy (no strategy:
-  `distribution_strategy=off`, or `mirrored` on one CPU) never has, so EMA
+  `distribution_strategy=off`, or `mirrored` on one CPU with
+  `runtime.mirror_one_device=false`) never has, so EMA
   would fail at the first evaluation. Its `_swap_weights` does the same swap
   through `strategy.extended.update`, which the default strategy supports;
   this is the one place that calls it.

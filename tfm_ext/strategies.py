@@ -18,16 +18,14 @@ def build_strategy(params: config_definitions.ExperimentConfig):
   * over several logical CPU devices (a process that split its CPU with
     `tf.config.set_logical_device_configuration`) it mirrors over all of
     them, where TFM uses CPU:0 only;
-  * in a process with one CPU device and no GPU, it returns the default
-    strategy, as `off` does, where TFM builds a one-replica
-    `MirroredStrategy` that adds a per-step cost
-    (benchmarks/RESULTS.md#default-no-one-replica-mirror) and nothing else:
-    the same data and math, bit for bit, and checkpoints that either
-    restores. Only random ops in
-    replica context (Keras's generator-backed dropout) draw from another
-    stream.
-    `runtime.mirror_one_device=true` keeps TFM's mirror, to exercise
-    replica-context code on a laptop.
+  * `runtime.mirror_one_device=false`, in a process with one CPU device and
+    no GPU, returns the default strategy, as `off` does, where TFM (and the
+    default, `true`) builds a one-replica `MirroredStrategy`: the same data
+    and math, bit for bit, and checkpoints that either restores; only
+    random ops in replica context (Keras's generator-backed dropout) draw
+    from another stream. It is not the default: it was faster only on an
+    idle machine with a small model
+    (benchmarks/RESULTS.md#default-one-replica-mirror).
   """
   runtime = params.runtime
   if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
@@ -38,11 +36,11 @@ def build_strategy(params: config_definitions.ExperimentConfig):
       return tf.distribute.MirroredStrategy([d.name for d in cpus])
     # With a GPU in the process the default strategy would place the steps
     # there; TFM's mirror keeps them on the CPU that `num_gpus=0` asks for.
-    if not (getattr(runtime, "mirror_one_device", False)
+    if not (getattr(runtime, "mirror_one_device", True)
             or tf.config.list_logical_devices("GPU")):
-      logging.info("runtime.distribution_strategy=mirrored on one CPU device: "
-                   "no strategy (runtime.mirror_one_device=true keeps TFM's "
-                   "one-replica MirroredStrategy).")
+      logging.info("runtime.mirror_one_device=false: no strategy for "
+                   "runtime.distribution_strategy=mirrored on one CPU "
+                   "device.")
       return tf.distribute.get_strategy()
   return distribute_utils.get_distribution_strategy(
       distribution_strategy=runtime.distribution_strategy,
