@@ -23,9 +23,8 @@ def build_strategy(params: config_definitions.ExperimentConfig):
     default, `true`) builds a one-replica `MirroredStrategy`: the same data
     and math, bit for bit, and checkpoints that either restores; only
     random ops in replica context (Keras's generator-backed dropout) draw
-    from another stream. It is not the default: it was faster only on an
-    idle machine with a small model
-    (benchmarks/RESULTS.md#default-one-replica-mirror).
+    from another stream. It is not the default: it did not win or tie both
+    idle and loaded (benchmarks/RESULTS.md#default-one-replica-mirror).
   """
   runtime = params.runtime
   if runtime.distribution_strategy == "mirrored" and runtime.num_gpus == 0:
