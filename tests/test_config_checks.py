@@ -21,7 +21,11 @@ from tfm_ext import params as params_lib
 from tfm_ext.errors import UsageError
 
 EXP = "digits_convnet"  # steps_per_loop=50, best checkpoint by "accuracy".
-LR = "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate"
+SCHEDULE = "trainer.optimizer_config.learning_rate"
+LR = f"{SCHEDULE}.cosine.initial_learning_rate"
+WARMUP = "trainer.optimizer_config.warmup.linear"
+STEPWISE = f"{SCHEDULE}.type=stepwise,{SCHEDULE}.stepwise"
+INT64 = "a whole number TensorFlow holds (int64: at most 9223372036854775807)"
 
 
 def build(override: str):
@@ -109,6 +113,56 @@ REFUSED = [
     ("trainer.validation_summary_subdir=5", "eval",
      "trainer.validation_summary_subdir=5:", "a string"),
     ("runtime.seed=x", "train", "runtime.seed='x':", "a whole number"),
+    # Python's ints have no bound; TensorFlow's steps are int64. It failed
+    # with an OverflowError after params.yaml was written.
+    (f"trainer.train_steps={10**20}", "train",
+     f"trainer.train_steps={10**20}:", INT64),
+    (f"trainer.checkpoint_interval={2**63}", "train",
+     f"trainer.checkpoint_interval={2**63}:", INT64),
+    (f"task.train_data.shuffle_buffer_size={10**19}", "train",
+     f"task.train_data.shuffle_buffer_size={10**19}:", INT64),
+    (f"{STEPWISE}.values=[0.1, 0.01],"
+     f"{SCHEDULE}.stepwise.boundaries=[{10**20}]",
+     "train", f"{SCHEDULE}.stepwise.boundaries=[{10**20}]:", INT64),
+    # Every learning rate of whichever schedule and warmup is selected.
+    (f"{LR}=-0.003", "train", f"{LR}=-0.003:", "0 or more"),
+    (f"{LR}=.nan", "train", f"{LR}=nan:", "finite"),
+    (f"{LR}=.inf", "train", f"{LR}=inf:", "finite"),
+    (f"{SCHEDULE}.type=constant,{SCHEDULE}.constant.learning_rate=-1",
+     "train", f"{SCHEDULE}.constant.learning_rate=-1:", "0 or more"),
+    (f"{SCHEDULE}.type=exponential,{SCHEDULE}.exponential.initial_learning_"
+     f"rate=-0.1,{SCHEDULE}.exponential.decay_steps=10", "train",
+     f"{SCHEDULE}.exponential.initial_learning_rate=-0.1:", "0 or more"),
+    (f"{SCHEDULE}.type=polynomial,{SCHEDULE}.polynomial.initial_learning_"
+     f"rate=0.1,{SCHEDULE}.polynomial.decay_steps=10,"
+     f"{SCHEDULE}.polynomial.end_learning_rate=-0.001", "train",
+     f"{SCHEDULE}.polynomial.end_learning_rate=-0.001:", "0 or more"),
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1, -0.01]",
+     "train",
+     f"{SCHEDULE}.stepwise.values=[0.1, -0.01]:", "each a number, 0 or more"),
+    (f"{SCHEDULE}.cosine.alpha=-0.5", "train", f"{SCHEDULE}.cosine.alpha=-0.5:",
+     "fraction of initial_learning_rate"),
+    (f"{WARMUP}.warmup_learning_rate=-0.1", "train",
+     f"{WARMUP}.warmup_learning_rate=-0.1:", "0 or more"),
+    (f"{SCHEDULE}.cosine.decay_steps=0", "train",
+     f"{SCHEDULE}.cosine.decay_steps=0:", "positive whole number of steps"),
+    (f"{WARMUP}.warmup_steps=-5", "train", f"{WARMUP}.warmup_steps=-5:",
+     "0 or more"),
+    (f"{STEPWISE}.values=[0.1, 0.01, 0.001],"
+     f"{SCHEDULE}.stepwise.boundaries=[200, 100]",
+     "train", f"{SCHEDULE}.stepwise.boundaries=[200, 100]:",
+     "strictly ascending"),
+    # TensorFlow's PiecewiseConstantDecay raises on it once training starts.
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1]", "train",
+     f"{SCHEDULE}.stepwise has 1 boundaries and 1 values:",
+     "one value more than boundaries"),
+    # A dropout rate anywhere in the task; the model is built in every mode.
+    ("task.model.dropout_rate=1.0", "train", "task.model.dropout_rate=1.0:",
+     "from 0 to below 1"),
+    ("task.model.dropout_rate=-0.1", "eval", "task.model.dropout_rate=-0.1:",
+     "fraction of units dropped"),
+    ("task.model.dropout_rate=half", "train", "task.model.dropout_rate='half':",
+     "a number from 0 to below 1"),
 ]
 
 
@@ -154,6 +208,14 @@ ACCEPTED = [
     # Training alone never evaluates.
     ("trainer.validation_steps=0,trainer.validation_interval=-1,"
      "trainer.best_checkpoint_eval_metric=acuracy", "train"),
+    # A learning rate of 0 trains nothing, as asked; no dropout at all.
+    (f"{LR}=0,{WARMUP}.warmup_learning_rate=0.0", "train"),
+    ("task.model.dropout_rate=0", "train"),
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1, 0.01]",
+     "train"),
+    (f"trainer.train_steps={2**63 - 1}", "train"),
+    # A schedule that is not selected is not read.
+    (f"{SCHEDULE}.constant.learning_rate=-1", "train"),
 ]
 
 
@@ -167,7 +229,8 @@ def test_legitimate_value_passes(tmp_path, override, mode):
 def test_an_evaluator_does_not_check_what_only_training_reads():
   params = build("trainer.steps_per_loop=0,trainer.summary_interval=7,"
                  "task.train_data.global_batch_size=0,"
-                 "trainer.validation_interval=-1")
+                 f"trainer.validation_interval=-1,{LR}=-1,"
+                 f"{SCHEDULE}.cosine.decay_steps=0")
   config_checks.check(params, trains=False, evaluates=True)
 
 

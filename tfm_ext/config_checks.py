@@ -14,9 +14,15 @@ what is accepted:
 `check` runs before the strategy is built: types everywhere in `trainer`
 and `runtime` (a value of the wrong type is wrong in every mode), ranges of
 the fields the mode reads, and Orbit's rule that `summary_interval` is a
-multiple of `steps_per_loop`. `check_best_checkpoint_metric` runs once the
-strategy exists (it builds the task's metrics, and a multi-worker strategy
-must come before the first TensorFlow variable).
+multiple of `steps_per_loop`. A rule's field may be a pattern (`*` stands
+for any part of a dotted name) that covers every field it matches, in the
+branch a oneof selects (`learning_rate.type`): every learning rate of
+every schedule and warmup, every dropout rate anywhere in `task`, every
+whole number anywhere (TensorFlow counts steps in int64; Python's ints
+have no bound, and `train_steps=10**20` failed only once the run had
+started). `check_best_checkpoint_metric` runs once the strategy exists
+(it builds the task's metrics, and a multi-worker strategy must come
+before the first TensorFlow variable).
 
 TFM's meanings are kept: `validation_steps=-1` evaluates the whole
 validation set, `validation_interval=0` evaluates only after training,
@@ -30,9 +36,11 @@ negative `recovery_max_trials` turns the loss check off, and null stays
 
 import dataclasses
 import difflib
+import fnmatch
 import functools
+import math
 import os
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -56,6 +64,9 @@ MIXED_PRECISION_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 
 # Fields another check owns, with its own advice (`preflight.check_runtime`).
 CHECKED_ELSEWHERE = ("runtime.dataset_num_private_threads",)
+
+# TensorFlow's steps, sizes and seeds are int64.
+INT64_MAX = 2**63 - 1
 
 _MISSING = object()
 
@@ -84,7 +95,8 @@ class Use:
 @dataclasses.dataclass(frozen=True)
 class Rule:
   """A field, when the mode reads it, and which values it accepts."""
-  field: str  # Dotted, from the ExperimentConfig.
+  # Dotted, from the ExperimentConfig; with `*`, every field it matches.
+  field: str
   applies: Callable[[Use], bool]
   accepts: Callable[[Any], bool]
   accepted: str  # Completes "give ...".
@@ -92,6 +104,37 @@ class Rule:
 
 def _at_least(minimum: int, or_null: bool = False) -> Callable[[Any], bool]:
   return lambda v: (or_null and v is None) or (_config_types.integer(v) and v >= minimum)
+
+
+def _fits_int64(value) -> bool:
+  """Whether every whole number in `value` (or in its list) is an int64."""
+  if isinstance(value, (list, tuple)):
+    return all(_fits_int64(v) for v in value)
+  return (not _config_types.integer(value)
+          or -INT64_MAX - 1 <= value <= INT64_MAX)
+
+
+def _rate(value) -> bool:
+  """A learning rate: finite, 0 or more, or null (TFM's unset)."""
+  return value is None or (_config_types.number(value)
+                           and math.isfinite(value) and value >= 0)
+
+
+def _rates(value) -> bool:
+  return value is None or (isinstance(value, (list, tuple))
+                           and all(v is not None and _rate(v) for v in value))
+
+
+def _ascending_steps(value) -> bool:
+  return value is None or (
+      isinstance(value, (list, tuple)) and all(_at_least(0)(v) for v in value)
+      and all(a < b for a, b in zip(value, value[1:])))
+
+
+def _dropout_rate(value) -> bool:
+  """A fraction of units to drop; a switch (`flat_..._drop_rate`) passes."""
+  return value is None or isinstance(value, bool) or (
+      _config_types.number(value) and 0 <= value < 1)
 
 
 def _mixed_precision(value) -> bool:
@@ -127,8 +170,24 @@ def _evaluates(use: Use) -> bool:
   return use.evaluates
 
 
+# Any optimizer config (a multi-task one may hold several), its schedule
+# and warmup, whichever type each selects.
+_SCHEDULE = "*optimizer_config.learning_rate."
+_LEARNING_RATE_ACCEPTED = (
+    "a number, 0 or more and finite (a negative learning rate climbs the "
+    "loss), or null where the schedule leaves it unset")
+# TFM's names of the fraction of units a layer drops (dropout_rate,
+# attention_dropout, hidden_dropout_prob, stochastic_depth_drop_rate,
+# dropatt, drop_connect_rate...), in any part of the task.
+DROPOUT_FIELDS = ("task.*dropout*", "task.*drop_rate", "task.*drop_prob",
+                  "task.*dropatt", "task.*dropcnn", "task.*drop_connect*",
+                  "task.*drop_path*")
+
 # In order: a field's rule comes before any rule or check that reads it.
 RULES = (
+    # Every whole number anywhere: Python's have no bound.
+    Rule("*", _always, _fits_int64,
+         f"a whole number TensorFlow holds (int64: at most {INT64_MAX})"),
     # Every mode: training runs to it, continuous_eval stops at it.
     Rule("trainer.train_steps", _always, _at_least(0),
          "a whole number of steps, 0 or more"),
@@ -177,6 +236,29 @@ RULES = (
     Rule("runtime.mixed_precision_dtype", _always, _mixed_precision,
          "float16, bfloat16 or float32 (TFM sets the policy mixed_float16, "
          "mixed_bfloat16 or float32 from it), or null for none"),
+    # Every learning rate of every schedule and warmup: learning_rate,
+    # initial_, end_, pre_offset_, warmup_learning_rate...
+    Rule("*optimizer_config.*learning_rate", _trains, _rate,
+         _LEARNING_RATE_ACCEPTED),
+    Rule(_SCHEDULE + "*.values", _trains, _rates,
+         "a list of learning rates, each a number, 0 or more and finite"),
+    Rule(_SCHEDULE + "cosine.alpha", _trains, _rate,
+         "a number, 0 or more and finite: the fraction of "
+         "initial_learning_rate the decay ends at (a negative one ends below "
+         "0)"),
+    Rule(_SCHEDULE + "*.boundaries", _trains, _ascending_steps,
+         "a list of steps, each a whole number, 0 or more, in strictly "
+         "ascending order"),
+    # A decay over 0 steps divides by 0: a NaN learning rate.
+    Rule(_SCHEDULE + "*decay_steps", _trains, _at_least(1, or_null=True),
+         "a positive whole number of steps"),
+    Rule("*optimizer_config.warmup.*.warmup_steps", _trains,
+         _at_least(0, or_null=True), "a whole number of steps, 0 or more"),
+    # Keras builds a Dropout layer only with a rate in [0, 1], and drops
+    # every unit at 1: the model is built in every mode.
+    *(Rule(field, _always, _dropout_rate,
+           "a number from 0 to below 1: the fraction of units dropped")
+      for field in DROPOUT_FIELDS),
 )
 
 
@@ -188,11 +270,16 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
   warning for a training run that will save no checkpoint.
   """
   use = Use(params=params, trains=trains, evaluates=evaluates)
+  leaves = dict(_leaves(params.as_dict()))
   for rule in RULES:
-    value = _get(params, rule.field)
-    if (value is not _MISSING and rule.applies(use)
-        and not rule.accepts(value)):
-      raise UsageError(f"{rule.field}={_config_types.show(value)}: give {rule.accepted}.")
+    if not rule.applies(use):
+      continue
+    for field, value in _matching(params, rule.field, leaves):
+      if not rule.accepts(value):
+        raise UsageError(f"{field}={_config_types.show(value)}: give "
+                         f"{rule.accepted}.")
+  if trains:
+    _check_stepwise(leaves)
   trainer = params.trainer
   if trains and trainer.summary_interval is not None and (
       trainer.summary_interval % trainer.steps_per_loop):
@@ -255,9 +342,59 @@ def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
       "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint.")
 
 
+def _check_stepwise(leaves: Dict[str, Any]) -> None:
+  """Refuses a stepwise schedule whose values do not match its boundaries."""
+  for field, boundaries in leaves.items():
+    if not fnmatch.fnmatchcase(field, _SCHEDULE + "stepwise.boundaries"):
+      continue
+    values = leaves.get(field[:-len("boundaries")] + "values")
+    if isinstance(boundaries, list) and isinstance(values, list) and (
+        len(values) != len(boundaries) + 1):
+      raise UsageError(
+          f"{field[:-len('.boundaries')]} has {len(boundaries)} boundaries "
+          f"and {len(values)} values: give one value more than boundaries "
+          "(the learning rate before the first boundary, then after each).")
+
+
 def _get(params, field: str):
   return functools.reduce(lambda obj, name: getattr(obj, name, _MISSING),
                           field.split("."), params)
+
+
+def _matching(params, field: str,
+              leaves: Dict[str, Any]) -> List[Tuple[str, Any]]:
+  """`(field, value)` of what a rule's `field` names, in the config's order.
+
+  A pattern matches the fields of `leaves` (the config as `as_dict` gives
+  it: only the selected branch of a oneof); a plain field is looked up,
+  and left out if the config lacks it.
+  """
+  if "*" in field:
+    return [(name, value) for name, value in leaves.items()
+            if fnmatch.fnmatchcase(name, field)]
+  value = _get(params, field)
+  return [] if value is _MISSING else [(field, value)]
+
+
+def _leaves(tree: Dict[str, Any], prefix: str = ""
+            ) -> Iterator[Tuple[str, Any]]:
+  """`(dotted field, value)` of every value of `tree` that is not a mapping.
+
+  A list of mappings (sub-configs) is walked too, as `field[i]`.
+  """
+  for name, value in tree.items():
+    field = f"{prefix}.{name}" if prefix else str(name)
+    if isinstance(value, dict):
+      yield from _leaves(value, field)
+    elif isinstance(value, (list, tuple)) and any(
+        isinstance(v, dict) for v in value):
+      for i, item in enumerate(value):
+        if isinstance(item, dict):
+          yield from _leaves(item, f"{field}[{i}]")
+        else:
+          yield f"{field}[{i}]", item
+    else:
+      yield field, value
 
 
 def _overrides(cls: type, method: str, bases) -> bool:
