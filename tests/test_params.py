@@ -9,6 +9,11 @@ from tfm_ext import params as params_lib
 from tfm_ext.errors import UsageError
 
 
+def write(path, text):
+  path.write_text(text)
+  return str(path)
+
+
 @pytest.fixture(autouse=True)
 def clean_gin():
   gin.clear_config()
@@ -124,3 +129,34 @@ def test_an_evaluator_gives_up_waiting_after_the_timeout(tmp_path):
     params_lib.await_trainer_params(
         str(tmp_path), timeout=5, clock=fake.clock, sleep=fake.sleep)
   assert fake.sleeps == [1.0] * 5
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda d: str(d), "is a directory: give a gin file"),
+    (lambda d: str(d / "missing.gin"), "does not exist"),
+    (lambda d: write(d / "bad.gin", "tfm_ext.trainer.name = 'custom'\n"
+                     "tfm_ext.trainer.name = \n"),
+     "does not parse at line 2"),
+    (lambda d: write(d / "unknown.gin", "tfm_ext.trainer.nmae = 'custom'\n"),
+     "is refused by gin (ValueError): Configurable 'tfm_ext.trainer' "
+     "doesn't have a parameter named 'nmae'"),
+])
+def test_a_bad_gin_file_is_refused_naming_it(tmp_path, make, said):
+  path = make(tmp_path)
+  with pytest.raises(UsageError) as raised:
+    params_lib.parse_gin([path], [])
+  assert f"--gin_file {path!r} {said}" in str(raised.value)
+  assert "\n" not in str(raised.value)
+
+
+def test_a_bad_gin_binding_is_refused_naming_it():
+  with pytest.raises(UsageError, match=r"^Bad gin configuration: "
+                     r"--gin_params 'tfm_ext.trainer.name = ' does not parse "
+                     "at line 1"):
+    params_lib.parse_gin([], ["tfm_ext.trainer.name = "])
+
+
+def test_gin_files_then_bindings_set_the_trainer(tmp_path):
+  path = write(tmp_path / "t.gin", "tfm_ext.trainer.name = 'custom'\n")
+  params_lib.parse_gin([path], ["tfm_ext.trainer.name = 'tfm_base'"])
+  assert params_lib.gin_trainer() == "tfm_base"

@@ -10,14 +10,18 @@ experiment's defaults, trainer name included, and the flags may change only
 what evaluation alone reads (`EVALUATION_FIELDS`); any other difference is
 refused, naming it.
 
-Every mistake a user can fix raises `UsageError` naming the culprit.
+Every mistake a user can fix raises `UsageError` naming the culprit; a
+value is never chosen silently among several the user gave: a key twice in
+a YAML mapping or an override (`params_file.Loader`), or a single-valued
+flag twice on the command line (`check_repeated_flags`), is refused.
 """
 
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from absl import flags
 import gin
 import tensorflow as tf
 
@@ -56,14 +60,101 @@ def gin_trainer(name: Optional[str] = None) -> Optional[str]:
 
 
 def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str]) -> None:
-  """Parses gin files and bindings; a bad one raises `UsageError`."""
+  """Parses gin files, then bindings, as `gin.parse_config_files_and_bindings`.
+
+  Raises:
+    UsageError: a file is missing, a directory or unreadable, or a file or
+      binding does not parse; the message names it.
+  """
   for path in gin_files or ():
+    if os.path.isdir(path):
+      raise UsageError(f"--gin_file {path!r} is a directory: give a gin "
+                       "file (a .gin file of bindings).")
     if not os.path.exists(path):
       raise UsageError(f"--gin_file {path!r} does not exist.")
+    _gin(lambda path=path: gin.parse_config_file(path),
+         f"--gin_file {path!r}")
+  for binding in gin_params or ():
+    _gin(lambda binding=binding: gin.parse_config(binding),
+         f"--gin_params {binding!r}")
+  _gin(gin.finalize, "gin.finalize()")
+
+
+def _gin(parse: Callable[[], Any], where: str) -> None:
+  """Runs `parse`; an error of gin's is a `UsageError` naming `where`."""
   try:
-    gin.parse_config_files_and_bindings(gin_files, gin_params)
-  except (ValueError, SyntaxError, KeyError, ImportError) as e:
-    raise UsageError(f"Bad gin configuration ({type(e).__name__}): {e}") from e
+    parse()
+  except SyntaxError as e:  # gin's carry the line, but its message is bare.
+    line = f" at line {e.lineno}" if e.lineno else ""
+    line += f", column {e.offset + 1}" if e.lineno and e.offset else ""
+    text = f": {e.text.strip()!r}" if e.text and e.text.strip() else ""
+    raise UsageError(f"Bad gin configuration: {where} does not parse"
+                     f"{line}{text}: {e.msg}") from e
+  except OSError as e:
+    raise UsageError(f"Bad gin configuration: {where} cannot be read: "
+                     f"{e}") from e
+  except (ValueError, KeyError, ImportError, TypeError) as e:
+    said = " ".join(str(e).split())  # gin's adds lines: file, line, text.
+    raise UsageError(f"Bad gin configuration: {where} is refused by gin "
+                     f"({type(e).__name__}): {said}") from e
+
+
+def check_repeated_flags(argv: Sequence[str],
+                         flag_values: flags.FlagValues) -> None:
+  """Refuses a flag that takes one value and is given more than once.
+
+  absl keeps the last value of such a flag silently: a second
+  `--params_override` drops the first. `argv` is the raw command line
+  without the program (`sys.argv[1:]`), read as absl reads it: `--name=v`,
+  `--name v`, `-name`, `--name`/`--noname` for a boolean, up to `--`.
+  Multi flags (`DEFINE_multi_*`: `--config_file`, `--gin_file`,
+  `--gin_params`, `--registry`) may repeat; names absl does not know are
+  left to absl, and so are the flags a `--flagfile` holds (a flagfile of
+  defaults that the command line overrides is absl's documented use).
+
+  Raises:
+    UsageError: naming the flag and both of its values.
+  """
+  given: Dict[str, str] = {}
+  args = iter(argv)
+  for arg in args:
+    if arg == "--":
+      break
+    flag, value = _flag_given(arg, args, flag_values)
+    if flag is None or isinstance(flag, flags.MultiFlag):
+      continue
+    spelled = f"--{flag.name}={value}"
+    if flag.name in given:
+      hint = (" Put all overrides in one, comma-separated (--params_override="
+              "a.b=1,c.d=2), or in a --config_file, which may be repeated."
+              if flag.name == "params_override" else "")
+      raise UsageError(
+          f"--{flag.name} is given twice, {given[flag.name]!r:.300} and "
+          f"{spelled!r:.300}, and takes one value: absl would keep the last "
+          f"and drop the first silently. Give it once.{hint}")
+    given[flag.name] = spelled
+
+
+def _flag_given(arg: str, rest, flag_values: flags.FlagValues
+                ) -> Tuple[Optional[flags.Flag], Optional[str]]:
+  """The flag `arg` sets and its value (the next of `rest`, if it takes it).
+
+  `(None, None)` for a positional argument or a name absl does not know.
+  """
+  if not arg.startswith("-") or arg == "-":
+    return None, None
+  name, has_value, value = arg[2 if arg.startswith("--") else 1:].partition(
+      "=")
+  if name in flag_values:
+    flag = flag_values[name]
+  elif (name.startswith("no") and name[2:] in flag_values
+        and flag_values[name[2:]].boolean and not has_value):
+    return flag_values[name[2:]], "false"
+  else:
+    return None, None
+  if has_value:
+    return flag, value
+  return flag, "true" if flag.boolean else next(rest, None)
 
 
 def experiment_names() -> List[str]:

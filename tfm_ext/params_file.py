@@ -17,14 +17,16 @@ fields inline reads as it is. Both files are written whole through
 `tf.io.gfile` (`_files.write_text`), and read as data: `Loader`, YAML's
 safe loader, which also reads the user's `--config_file` and
 `--params_override` (`tfm_ext.params`). A file that is not such data
-(binary, empty, a Python tag, an alias bomb) reads as `_files.Damaged`,
-naming it.
+(binary, empty, a Python tag, an alias bomb, a key given twice) reads as
+`_files.Damaged`, naming it. A local file that is not a regular file (a
+pipe, `--config_file=<(...)`) is read as a stream, once a process.
 """
 
 import dataclasses
 import os
 import re
-from typing import Any, Dict, List, Optional
+import stat
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import yaml
@@ -68,7 +70,9 @@ class Loader(yaml.SafeLoader):
   (TFM's configs take either); any other Python tag is refused. As in TFM,
   `1e-3` is a float. A document whose aliases (`*name`) would repeat more
   than `MAX_REPEATED_NODES` nodes, or that nests deeper than `MAX_DEPTH`,
-  is refused before it is built.
+  is refused before it is built, as is one that gives a key twice in a
+  mapping, at any depth, where YAML would keep the last silently (a merge,
+  `<<: *name`, may still be overridden).
   """
 
   MAX_REPEATED_NODES = 100_000
@@ -86,6 +90,7 @@ class Loader(yaml.SafeLoader):
 
   def construct_document(self, node):
     _check_aliases(node, self.MAX_REPEATED_NODES)
+    _check_unique_keys(node)
     return super().construct_document(node)
 
 
@@ -132,14 +137,49 @@ def read_mapping(path: str) -> Dict[str, Any]:
   """The YAML mapping of config fields in the file `path`; see `load`.
 
   Raises:
-    NotConfig: the file is not UTF-8 text, or not such a mapping.
+    NotConfig: the file is not UTF-8 text, or not such a mapping, or a
+      directory, or cannot be read.
     tf.errors.NotFoundError: there is no such file.
   """
+  if tf.io.gfile.isdir(path):
+    raise NotConfig("is a directory, not a YAML file")
   try:
-    text = _files.read_text(path)
+    data = _read_bytes(path)
+  except tf.errors.NotFoundError:
+    raise
+  except (tf.errors.OpError, OSError) as e:
+    reason = e.message if isinstance(e, tf.errors.OpError) else e.strerror
+    raise NotConfig(f"cannot be read: {reason}") from e
+  try:
+    text = data.decode("utf-8")
   except UnicodeDecodeError as e:
     raise NotConfig(f"is not UTF-8 text ({e.reason} at byte {e.start})") from e
   return load_mapping(text)
+
+
+# A stream's path -> what it held: it can be read only once, and a config
+# may be built twice in a process (an evaluator following its trainer).
+_streams: Dict[str, bytes] = {}
+
+
+def _read_bytes(path: str) -> bytes:
+  """What the file `path` holds; a local stream read to its end, once.
+
+  TensorFlow reads a local file up to the size `stat` gives, which is 0
+  for a pipe (`<(...)`, `/dev/stdin`), a FIFO or a character device.
+  """
+  local = _files.local_path(path)
+  try:
+    regular = local is None or stat.S_ISREG(os.stat(local).st_mode)
+  except OSError:
+    regular = True  # Missing: TensorFlow says so, as for any path.
+  if regular:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      return f.read()
+  if local not in _streams:
+    with open(local, "rb") as f:
+      _streams[local] = f.read()
+  return _streams[local]
 
 
 def _problem(error: yaml.YAMLError) -> str:
@@ -182,6 +222,63 @@ def _check_aliases(root: yaml.Node, limit: int) -> None:
     raise NotConfig(
         f"repeats more than {limit} YAML nodes through its aliases (*name): "
         f"{written} written stand for {expanded}")
+
+
+def _check_unique_keys(root: yaml.Node) -> None:
+  """Refuses a mapping, at any depth, that gives a key twice.
+
+  Names the first duplicate in the document by its dotted field, with
+  both values (or lines, for mappings); a merge key (`<<`) is not a key.
+  """
+  duplicates = []
+  seen = set()
+  stack: List[Tuple[yaml.Node, str]] = [(root, "")]
+  while stack:
+    node, field = stack.pop()
+    if id(node) in seen:
+      continue
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+      stack.extend((child, f"{field}[{i}]")
+                   for i, child in enumerate(node.value))
+      continue
+    if not isinstance(node, yaml.MappingNode):
+      continue
+    first = {}
+    for key, value in node.value:
+      if key.tag == "tag:yaml.org,2002:merge":
+        stack.append((value, field))
+        continue
+      name = key.value if isinstance(key, yaml.ScalarNode) else None
+      dotted = f"{field}.{name}" if field else str(name)
+      if name is not None:
+        if (key.tag, name) in first:
+          duplicates.append((dotted, first[(key.tag, name)], (key, value)))
+        else:
+          first[(key.tag, name)] = (key, value)
+      stack.append((value, dotted))
+  if duplicates:
+    # The first in the document: its second occurrence comes earliest.
+    raise NotConfig(_duplicate(*min(
+        duplicates, key=lambda d: d[2][0].start_mark.index)))
+
+
+def _duplicate(field: str, first: Tuple[yaml.Node, yaml.Node],
+               second: Tuple[yaml.Node, yaml.Node]) -> str:
+  """What `NotConfig` says of `field`, given twice: first and second."""
+  lines = [key.start_mark.line + 1 for key, _ in (first, second)]
+  where = ([f" (line {line})" for line in lines] if lines[0] != lines[1]
+           else ["", ""])  # One line: `a.b=1,a.b=2`, a flow mapping.
+  values = [value for _, value in (first, second)]
+  if all(isinstance(value, yaml.ScalarNode) for value in values):
+    said = " and ".join(f"{value.value or repr('')}{at}"
+                        for value, at in zip(values, where))
+    said = f": {said}"
+  else:
+    said = (f" (lines {lines[0]} and {lines[1]})"
+            if lines[0] != lines[1] else "")
+  return (f"gives {field} twice{said}; give it once (YAML would keep the "
+          "last silently)")
 
 
 def _children(node: yaml.Node) -> List[yaml.Node]:
