@@ -284,3 +284,27 @@ def test_launcher_exits_2_before_writing_anything(launch, tmp_path):
                model_dir=tmp_path / "m", timeout=120)
   assert_clean_usage_error(run, "trainer.train_steps='abc': give a whole "
                            "number of steps")
+
+
+def resnet(override=""):
+  import official.vision.registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+  return params_lib.build(params_lib.ConfigSources(
+      experiment="resnet_imagenet", params_override=override))
+
+
+def test_tfms_own_experiment_passes_the_rules():
+  config_checks.check(resnet(), trains=True, evaluates=True)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("task.model.dropout_rate", "1.0"),
+    ("task.model.backbone.resnet.stochastic_depth_drop_rate", "-0.2"),
+    ("trainer.optimizer_config.learning_rate.stepwise.values",
+     "[0.1, 0.01, -0.001, 0.0001]"),
+    ("trainer.optimizer_config.warmup.linear.warmup_learning_rate", "-1"),
+])
+def test_the_rules_cover_every_such_field_of_tfms_own_experiment(field,
+                                                                 value):
+  with pytest.raises(UsageError, match=f"^{field}="):
+    config_checks.check(resnet(f"{field}={value}"), trains=True,
+                        evaluates=True)

@@ -7,12 +7,15 @@ flag or field, the value, and what to do, before anything is written.
 """
 
 import os
+import subprocess
+import sys
 import threading
 
 from absl import flags
 import pytest
 import tensorflow as tf
 
+from conftest import REPO, TRAIN
 from test_bad_input import assert_clean_usage_error
 
 from tfm_ext import driver
@@ -201,6 +204,26 @@ def test_launcher_refuses_params_override_given_twice(launch_forked,
   assert_clean_usage_error(run, "--params_override is given twice")
 
 
+# --- Values that cannot train (the rules: tests/test_config_checks.py). ----
+
+
+@pytest.mark.parametrize("override, said", [
+    # An OverflowError once params.yaml and training_starts/ were written.
+    (f"trainer.train_steps={10**20}",
+     f"trainer.train_steps={10**20}: give a whole number TensorFlow holds"),
+    ("trainer.optimizer_config.learning_rate.cosine.initial_learning_rate="
+     "-0.003", "initial_learning_rate=-0.003: give a number, 0 or more"),
+    ("task.model.dropout_rate=1.5", "task.model.dropout_rate=1.5: give a "
+     "number from 0 to below 1"),
+], ids=["int64", "learning_rate", "dropout"])
+def test_launcher_refuses_values_that_cannot_train(launch_forked, tmp_path,
+                                                   override, said):
+  run = launch_forked(f"--experiment={EXP}", "--mode=train",
+                      f"--params_override={override}",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, said)
+
+
 # --- task.init_checkpoint that holds no checkpoint. -------------------------
 
 
@@ -382,6 +405,20 @@ def test_launcher_reads_a_fifo_as_config_file(launch_forked, tmp_path):
                       f"--config_file={path}", model_dir=tmp_path / "m")
   assert run.returncode == 0, run
   assert "  train_steps: 13\n" in run.stdout
+  assert not (tmp_path / "m").exists()
+
+
+def test_launcher_reads_a_process_substitution_as_config_file(tmp_path):
+  # The user's command, through bash: `<(...)` is /dev/fd/63, a pipe.
+  command = (f"{sys.executable} {TRAIN} --experiment={EXP} --print_config "
+             f"--model_dir={tmp_path / 'm'} "
+             "--config_file=<(printf 'trainer:\\n  train_steps: 13\\n')")
+  proc = subprocess.run(
+      ["bash", "-c", command], capture_output=True, text=True, timeout=300,
+      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO,
+                         TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "  train_steps: 13\n" in proc.stdout
   assert not (tmp_path / "m").exists()
 
 
