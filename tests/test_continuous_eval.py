@@ -1,14 +1,20 @@
 """Exactly-once continuous evaluation beside a real training process."""
 
+import glob
 import json
 import os
+import shutil
+import signal
 import time
 
 import pytest
 import tensorflow as tf
 
 from tfm_ext import continuous_eval
+from tfm_ext import eval_claims
 from tfm_ext.errors import UsageError
+
+from conftest import built_once
 
 TRAIN_ARGS = ("--experiment=digits_convnet",
               "--params_override=trainer.train_steps=120,"
@@ -157,3 +163,92 @@ def test_no_checkpoint_within_timeout_raises_usage_error_without_waiting(
   assert set(fake.sleeps) == {continuous_eval.POLL_SECONDS}
   assert waited > 30 >= waited - continuous_eval.POLL_SECONDS
   assert os.listdir(tmp_path) == []  # Nothing written: no ledger record.
+
+
+# -- An evaluator stopped while it holds a claim ---------------------------
+
+# A claim unrenewed for 4 s is taken over (30 s by default).
+CLAIM_ENV = {"TFM_EXT_CLAIM_RENEW_SECONDS": "0.5",
+             "TFM_EXT_CLAIM_STALE_SECONDS": "4"}
+# Validation fields only (an evaluator follows the trainer's params.yaml):
+# eager, two images a batch, so one evaluation takes about 5 s.
+SLOW_EVAL = ("--params_override=task.validation_data.global_batch_size=2,"
+             "trainer.eval_tf_function=false,"
+             "trainer.continuous_eval_timeout=120")
+
+
+@pytest.fixture(scope="session")
+def two_checkpoints(launch_forked, tmp_path_factory):
+  """A finished training's model_dir: ckpt-10, ckpt-20, none evaluated.
+
+  Built once a session; tests copy it.
+  """
+  def train(model_dir):
+    run = launch_forked(TRAIN_ARGS[0], "--mode=train",
+                        "--params_override=trainer.train_steps=20,"
+                        "trainer.steps_per_loop=10,"
+                        "trainer.checkpoint_interval=10,trainer.max_to_keep=10,"
+                        "trainer.validation_interval=1000",
+                        model_dir=model_dir)
+    assert run.returncode == 0, run
+
+  return built_once(tmp_path_factory, "two_checkpoints", train)
+
+
+def claim_of(model_dir, checkpoint):
+  try:
+    with open(os.path.join(model_dir, eval_claims.CLAIMS,
+                           checkpoint + ".json")) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def ledger_bytes(model_dir):
+  return {os.path.basename(path): open(path, "rb").read()
+          for path in glob.glob(os.path.join(model_dir, continuous_eval.LEDGER,
+                                             "*"))}
+
+
+@pytest.mark.slow
+def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
+    start, two_checkpoints, tmp_path):
+  model_dir = tmp_path / "m"
+  shutil.copytree(two_checkpoints, model_dir)
+  stalled = start(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
+                  model_dir=model_dir, env=CLAIM_ENV)
+  deadline = time.monotonic() + 180
+  while claim_of(model_dir, "ckpt-10").get("pid") != stalled.proc.pid:
+    assert stalled.proc.poll() is None, stalled.finish()
+    assert time.monotonic() < deadline, "no claim on ckpt-10"
+    time.sleep(0.1)
+  # Past the claim's settle time: it has won and is evaluating ckpt-10.
+  time.sleep(eval_claims.CLAIM_SETTLE_SECONDS + 1.5)
+  stalled.proc.send_signal(signal.SIGSTOP)
+  try:
+    assert not ledger_bytes(model_dir), "ckpt-10 was done before the stop"
+    other = start(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
+                  model_dir=model_dir, env=CLAIM_ENV)
+    took_over = other.finish(timeout=240)
+    assert took_over.returncode == 0, took_over
+    assert "Taking over the claim on ckpt-10" in took_over.stderr, took_over
+    recorded = ledger_bytes(model_dir)
+    assert sorted(recorded) == ["ckpt-10.json", "ckpt-20.json"], recorded
+  finally:
+    stalled.proc.send_signal(signal.SIGCONT)
+  continued = stalled.finish(timeout=180)
+
+  assert continued.returncode == 0, continued
+  # It finished evaluating ckpt-10, then found the claim was not its own.
+  assert "eval @ step 10" in continued.stdout, continued
+  assert (f"The claim on {model_dir}/ckpt-10 was taken over while this "
+          "evaluator held it") in continued.stderr, continued
+  assert "eval @ step 20" not in continued.stdout  # Recorded elsewhere.
+  # Each checkpoint recorded once, by the evaluator that took over: not one
+  # byte of the ledger rewritten, no claim left behind.
+  assert ledger_bytes(model_dir) == recorded
+  entries = continuous_eval.read_ledger(str(model_dir))
+  assert [(e["global_step"], e["status"]) for e in entries] == [
+      (10, "evaluated"), (20, "evaluated")]
+  assert all(f":{other.proc.pid}:" in e["evaluator"] for e in entries)
+  assert not os.listdir(model_dir / eval_claims.CLAIMS)

@@ -8,7 +8,11 @@ written whole after each evaluation (an object store has no append), so a
 restarted evaluator skips it; an older evaluator's `eval_ledger.jsonl` is
 read too. A checkpoint that `max_to_keep` deleted before it was read is
 skipped with a warning and recorded as "missing", one that cannot be read
-(cut short, zeroed) as "unreadable", so neither is looked for again.
+(cut short, zeroed) as "unreadable", so neither is looked for again. One
+whose evaluation read no batch (`tfm_ext.eval_count.EmptyEvaluation`: a
+validation set smaller than one batch with `drop_remainder`, an empty file)
+is recorded as "empty", without metrics and never ranked, with a warning
+that says why; the evaluator goes on.
 
 Several evaluators may share a model_dir: before evaluating a checkpoint an
 evaluator claims it (`eval_claims.Claims`,
@@ -16,11 +20,16 @@ evaluator claims it (`eval_claims.Claims`,
 while the claim is renewed. An evaluator that died holding a claim stops
 renewing it; the claim is taken over once it has not changed for
 `eval_claims.STALE_CLAIM_SECONDS` (at once, on the same host, when the
-claimant's process is gone).
+claimant's process is gone). An evaluator records a checkpoint only if the
+claim is still its own when it writes the record (`Claims.holds`): one that
+was suspended past that time, its claim taken over, evaluates on but
+records nothing, with a warning.
 
 A training mode that finishes writes `model_dir/training_complete.json`
 (`mark_training_complete`); the evaluator stops as soon as the checkpoint at
-that step is in the ledger. Without a marker it stops at `train_steps`, or
+that step is in the ledger, and every checkpoint listed before it (one that
+another evaluator claimed is waited for, and taken over if that one
+stalled). Without a marker it stops at `train_steps`, or
 after `continuous_eval_timeout` seconds without a new checkpoint.
 
 A crash between an evaluation and its ledger record evaluates that
@@ -42,11 +51,14 @@ from tfm_ext import _files
 from tfm_ext import checkpoint_state
 from tfm_ext import console
 from tfm_ext import eval_claims
+from tfm_ext import eval_count
 from tfm_ext.errors import UsageError
 
 LEDGER = "eval_ledger"
 LEGACY_LEDGER = "eval_ledger.jsonl"
 _ENTRY_KEYS = ("checkpoint", "global_step", "status")
+# The statuses of a checkpoint whose evaluation ran to its end.
+_EVALUATION_RAN = ("evaluated", "empty")
 COMPLETE_MARKER = "training_complete.json"
 POLL_SECONDS = 1.0
 
@@ -96,8 +108,9 @@ def read_ledger(model_dir: str) -> List[Dict[str, Any]]:
   """The ledger's entries, one per checkpoint, oldest first.
 
   `{"checkpoint": "ckpt-20", "global_step": 20, "status": "evaluated",
-  "missing" or "unreadable", "metrics": {...}, "time": ...}`. A record that
-  is not whole is skipped with a warning: its checkpoint is evaluated again.
+  "empty", "missing" or "unreadable", "metrics": {...}, "evaluator": ...,
+  "time": ...}`. A record that is not whole is skipped with a warning: its
+  checkpoint is evaluated again.
   """
   records = _files.read_records(
       os.path.join(model_dir, LEDGER), _ENTRY_KEYS,
@@ -132,11 +145,12 @@ class EvalLedger:
     return True
 
   def record(self, checkpoint_path: str, status: str,
-             metrics: Optional[Mapping[str, float]] = None) -> None:
+             metrics: Optional[Mapping[str, float]] = None,
+             evaluator: str = "") -> None:
     entry = {"checkpoint": os.path.basename(checkpoint_path),
              "global_step": checkpoint_state.step_of(checkpoint_path),
              "status": status, "metrics": dict(metrics or {}),
-             "time": time.time()}
+             "evaluator": evaluator, "time": time.time()}
     _files.write_record(self._dir, entry["checkpoint"], entry)
     self.entries[entry["checkpoint"]] = entry
 
@@ -171,7 +185,8 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
   last_new = clock()
   output = None
   while not should_stop():
-    for path in listed_checkpoints(model_dir):
+    listed = listed_checkpoints(model_dir)
+    for path in listed:
       if path not in seen:
         seen.add(path)
         last_new = clock()
@@ -185,14 +200,23 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
           continue
         with claims.renewed(path):
           status = _restore(controller, path)
+          logs = None
           if status is None:
-            output = controller.evaluate(steps=eval_steps)
-        ledger.record(path, status or "evaluated",
-                      console.scalars(output or {}) if status is None else {})
+            logs, status = _evaluate(controller, eval_steps, path)
+            output = logs or output
         last_new = clock()  # A long evaluation is not idle time.
+        if not claims.holds(path):
+          logging.warning(
+              "The claim on %s was taken over while this evaluator held it "
+              "(suspended for over %.0f s?): the evaluator that took it "
+              "over records it, this one does not.", path,
+              eval_claims.STALE_CLAIM_SECONDS)
+          continue
+        ledger.record(path, status, console.scalars(logs or {}),
+                      evaluator=claims.owner)
       finally:
         claims.release(path)
-    if _finished(model_dir, ledger, train_steps):
+    if _finished(model_dir, ledger, train_steps, listed):
       break
     waited = clock() - last_new
     if waited > timeout:
@@ -202,6 +226,22 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
       break
     sleep(POLL_SECONDS)
   return output
+
+
+def _evaluate(controller: orbit.Controller, eval_steps: int, path: str):
+  """`(logs, status)` of evaluating `path`, restored: "evaluated" or "empty".
+
+  An evaluation that read no batch is "empty", with a warning; the
+  exporter never saw it (`eval_count`).
+  """
+  eval_count.watch(controller.evaluator)
+  try:
+    return controller.evaluate(steps=eval_steps), "evaluated"
+  except eval_count.EmptyEvaluation as e:
+    logging.warning("%s Recorded %s as empty, without metrics and out of "
+                    "the best-checkpoint ranking; evaluating on.", e,
+                    os.path.basename(path))
+    return None, "empty"
 
 
 def _restore(controller: orbit.Controller, path: str) -> Optional[str]:
@@ -239,10 +279,20 @@ def _forget_failed_restore(error: BaseException) -> None:
         value.expect_partial = True
 
 
-def _finished(model_dir: str, ledger: EvalLedger, train_steps: int) -> bool:
-  evaluated = ledger.evaluated_steps()
+def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,
+              listed: List[str]) -> bool:
+  """Whether the training's last checkpoint is recorded, and all before it.
+
+  A checkpoint that another evaluator claimed is waited for: that one
+  records it, or stops renewing its claim, which is then taken over.
+  """
+  if not all(path in ledger or ledger.recorded_elsewhere(path)
+             for path in listed):
+    return False
+  evaluated = [e["global_step"] for e in ledger.entries.values()
+               if e["status"] in _EVALUATION_RAN]
   final = training_complete_step(model_dir)
   last = max((e["global_step"] for e in ledger.entries.values()), default=-1)
   if final is not None:
     return last >= final
-  return bool(evaluated) and evaluated[-1] >= train_steps
+  return bool(evaluated) and max(evaluated) >= train_steps

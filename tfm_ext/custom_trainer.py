@@ -18,6 +18,7 @@ then run as a graph):
             inputs, passthrough = next_eval_inputs(iterator)
             logs = passthrough | strategy.run(task.validation_step)
           state = eval_reduce(state, logs)                 # task.aggregate_logs
+        no batch read: raise EmptyEvaluation             # tfm_ext.eval_count
         logs = eval_end(state)             # -> eval actions (tfm_ext.actions)
 
 Override any hook in a subclass and register it with
@@ -41,6 +42,8 @@ from official.modeling import optimization
 from tfm_ext import console
 from tfm_ext import determinism
 from tfm_ext import devices
+from tfm_ext import eval_count
+from tfm_ext import input_files
 from tfm_ext import inputs
 from tfm_ext import optimizers
 from tfm_ext import trainers
@@ -66,11 +69,17 @@ class CustomTrainer(base_trainer.Trainer):
     * Its datasets get a private tf.data pool of `input_threads` threads
       when `runtime.dataset_num_private_threads` is set (TFM declares the
       field and ignores it).
+    * Before it builds them, it checks the TFRecord files they read
+      (`tfm_ext.input_files`: a file cut short is exit 3 naming it, where
+      TensorFlow would read part of it without a word), and an evaluation
+      that reads no batch raises `tfm_ext.eval_count.EmptyEvaluation`
+      instead of reporting metrics over nothing (`eval_count.watch`).
   """
 
   def __init__(self, config, task, model, optimizer, train=True,
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
+    input_files.check(config, trains=train, evaluates=evaluate)
     self.input_threads = inputs.input_threads(config.runtime)
     host_iterator = None
     if (train and train_dataset is None
@@ -107,6 +116,8 @@ class CustomTrainer(base_trainer.Trainer):
         config.runtime, devices.local_devices(self.strategy),
         task_step=task.train_step,
         replicated_step=self._run_replicas_eagerly_or_traced)
+    if evaluate:
+      eval_count.watch(self)
 
   def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
     """TFM's `distribute_dataset`, the datasets given `input_threads`."""

@@ -5,10 +5,26 @@
 evaluates and releases it once its ledger record is written; the others
 leave a live claim alone. Every claim goes through `tf.io.gfile`, so it
 holds on a bucket.
+
+A lost claim is fenced: each claim an evaluator wins carries a token of its
+own, and before it records the checkpoint the evaluator reads the claim back
+and finds its owner and that token (`holds`). An evaluator that was
+suspended (SIGSTOP, a paused VM) longer than `STALE_CLAIM_SECONDS` while
+evaluating, whose claim another evaluator took over, then recorded and
+maybe released, finds another owner, another token, or no claim at all, and
+records nothing; nor does it renew a claim that is no longer its own. What
+stays open is the time between that read and the write it guards
+(milliseconds), as for the trainer lease (`tfm_ext.lease`): an object store
+has no conditional write to close it.
+
+The renewal period and staleness may be set by the environment
+(`TFM_EXT_CLAIM_RENEW_SECONDS`, `TFM_EXT_CLAIM_STALE_SECONDS`), for tests and
+for clusters whose pauses need more room.
 """
 
 import contextlib
 import os
+import secrets
 import socket
 import threading
 import time
@@ -27,8 +43,10 @@ CLAIMS = "eval_claims"
 CLAIM_SETTLE_SECONDS = 1.0
 # An evaluator rewrites its claim this often while it evaluates; a claim
 # that has not changed for STALE_CLAIM_SECONDS is its dead evaluator's.
-CLAIM_RENEW_SECONDS = 5.0
-STALE_CLAIM_SECONDS = 30.0
+CLAIM_RENEW_SECONDS = float(
+    os.environ.get("TFM_EXT_CLAIM_RENEW_SECONDS", "5"))
+STALE_CLAIM_SECONDS = float(
+    os.environ.get("TFM_EXT_CLAIM_STALE_SECONDS", "30"))
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
 _PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -44,7 +62,8 @@ class Claims:
   each reads back the later one's, and only that one goes on. A winner
   renews its claim while it evaluates (`renewed`); a claim seen unchanged
   for `STALE_CLAIM_SECONDS` on this evaluator's clock (no two machines'
-  clocks are compared) is taken over.
+  clocks are compared) is taken over. A claim is this evaluator's while the
+  file holds its owner and the token of its last win (`holds`).
   """
 
   def __init__(self, model_dir: str, *,
@@ -58,6 +77,8 @@ class Claims:
     self._here = {"host": socket.gethostname(), "pid_space": lease.pid_space()}
     # Checkpoint -> (another's claim as last read, when it was first seen).
     self._seen: Dict[str, Any] = {}
+    # Checkpoint -> the token of this evaluator's latest claim on it.
+    self._tokens: Dict[str, str] = {}
 
   def acquire(self, checkpoint_path: str) -> bool:
     """Whether this evaluator now holds the claim on `checkpoint_path`."""
@@ -69,10 +90,18 @@ class Claims:
         return False
       logging.warning("Taking over the claim on %s of evaluator %s: %s.",
                       name, held.get("owner"), gone)
+    self._tokens[name] = secrets.token_hex(8)
     self._write(name, renewals=0)
     self._sleep(CLAIM_SETTLE_SECONDS)
-    won = self._read(name)
-    return won is not None and won.get("owner") == self.owner
+    return self._ours(name, self._read(name))
+
+  def holds(self, checkpoint_path: str) -> bool:
+    """Whether the claim on `checkpoint_path` is still this evaluator's.
+
+    Reads the claim back: called before each write the claim guards.
+    """
+    name = os.path.basename(checkpoint_path)
+    return self._ours(name, self._read(name))
 
   @contextlib.contextmanager
   def renewed(self, checkpoint_path: str) -> Iterator[None]:
@@ -85,9 +114,10 @@ class Claims:
       while not done.wait(CLAIM_RENEW_SECONDS):
         renewals += 1
         try:
-          held = self._read(name)
-          if held is not None and held.get("owner") != self.owner:
-            return  # Taken over while this one stalled: not ours to renew.
+          if not self._ours(name, self._read(name)):
+            # Taken over while this one stalled (and maybe released since):
+            # not ours to renew.
+            return
           self._write(name, renewals=renewals)
         except tf.errors.OpError as e:
           logging.warning("Could not renew the claim on %s: %s", name,
@@ -105,12 +135,17 @@ class Claims:
   def release(self, checkpoint_path: str) -> None:
     """Removes this evaluator's claim (once its ledger record is written)."""
     name = os.path.basename(checkpoint_path)
-    held = self._read(name)
-    if held is not None and held.get("owner") == self.owner:
+    if self._ours(name, self._read(name)):
       try:
         tf.io.gfile.remove(self._path(name))
       except tf.errors.NotFoundError:
         pass
+    self._tokens.pop(name, None)
+
+  def _ours(self, name: str, held: Optional[Dict[str, Any]]) -> bool:
+    """Whether `held`, the claim on `name` as read, is this one's last win."""
+    return (held is not None and held.get("owner") == self.owner
+            and held.get("token") == self._tokens.get(name))
 
   def _gone_because(self, name: str, held: Dict[str, Any]) -> str:
     """Why the evaluator of claim `held` is gone; "" when it may be alive."""
@@ -118,7 +153,7 @@ class Claims:
     if (all(held.get(k) == v for k, v in self._here.items())
         and isinstance(pid, int) and pid > 0 and not lease.pid_alive(pid)):
       return "its process is gone"
-    key = (held.get("owner"), held.get("renewals"))
+    key = (held.get("owner"), held.get("token"), held.get("renewals"))
     now = self._clock()
     seen = self._seen.get(name)
     if seen is None or seen[0] != key:
@@ -139,5 +174,6 @@ class Claims:
 
   def _write(self, name: str, renewals: int) -> None:
     _files.write_record(self._dir, name, {
-        "checkpoint": name, "owner": self.owner, **self._here,
+        "checkpoint": name, "owner": self.owner,
+        "token": self._tokens.get(name, ""), **self._here,
         "pid": os.getpid(), "renewals": renewals, "time": time.time()})
