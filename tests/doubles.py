@@ -147,3 +147,36 @@ class EvalMarkingTrainer(tfm_ext.CustomTrainer):
     logs = super().eval_end(aggregated_logs)
     logs["downstream/eval_marked"] = 1.0
     return logs
+
+
+@tfm_ext.register_trainer("buggy")
+class BuggyTrainer(tfm_ext.CustomTrainer):
+  """A bug in a user's trainer: a Python error after the first loop."""
+
+  def train_loop_end(self):
+    logs = super().train_loop_end()
+    return logs["no such metric"]  # KeyError: the user's code is wrong.
+
+
+@tfm_ext.register_trainer("disk_filling")
+class DiskFillingTrainer(tfm_ext.CustomTrainer):
+  """Fills the file system of `$FILL_DISK_PATH` once at `$FILL_DISK_AT_STEP`.
+
+  What a full disk does to a run beside other jobs: the next write fails.
+  """
+
+  filled = False
+
+  def train_loop_end(self):
+    logs = super().train_loop_end()
+    if (not DiskFillingTrainer.filled and self.global_step.numpy()
+        >= int(os.environ.get("FILL_DISK_AT_STEP", "20"))):
+      DiskFillingTrainer.filled = True
+      with open(os.environ["FILL_DISK_PATH"], "wb") as f:
+        try:
+          while True:
+            f.write(b"\0" * (1 << 16))
+            f.flush()
+        except OSError:
+          pass  # Full.
+    return logs

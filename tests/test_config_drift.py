@@ -45,13 +45,15 @@ def test_harmless_changes_resume_and_override_flag_forces(
   assert first.status == "completed", first
   longer, _ = run_in_process(
       "digits_convnet", "train", model_dir,
-      SMOKE + ",trainer.train_steps=60,trainer.validation_interval=30,"
-      "trainer.summary_interval=20,trainer.steps_per_loop=20")
+      "trainer.train_steps=60,trainer.steps_per_loop=20,"
+      "trainer.summary_interval=20,trainer.checkpoint_interval=20,"
+      "trainer.validation_interval=30")
   assert longer.status == "completed", longer
   assert longer.global_step == 60
   forced = launch_forked(EXP, "--mode=train", "--allow_config_change",
-                         f"--params_override={SMOKE},trainer.train_steps=80,"
-                         "task.train_data.global_batch_size=32",
+                         "--params_override=" + SMOKE.replace(
+                             "train_steps=40", "train_steps=80")
+                         + ",task.train_data.global_batch_size=32",
                          model_dir=model_dir)
   assert forced.returncode == 0, forced
   assert forced.summary()["global_step"] == 80

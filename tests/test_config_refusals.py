@@ -193,8 +193,6 @@ def test_flags_absl_reads_once_or_that_may_repeat_pass(flag_values, argv):
   params_lib.check_repeated_flags(argv, flag_values)
 
 
-@pytest.mark.xfail(strict=True, reason="until launcher.main calls "
-                   "params.check_repeated_flags(sys.argv[1:], FLAGS)")
 def test_launcher_refuses_params_override_given_twice(launch_forked,
                                                       tmp_path):
   run = launch_forked(f"--experiment={EXP}", "--mode=train",

@@ -112,8 +112,6 @@ def job1(launch_forked, tmp_path_factory):
   return model_dir
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by the model_dir "
-                   "check (no glob metacharacters) before anything is written")
 @pytest.mark.parametrize("name,char", [("job[1]", "["), ("job*", "*"),
                                        ("job?", "?")])
 def test_glob_model_dir_is_refused_and_writes_nothing(
@@ -166,8 +164,6 @@ def _wait_for(predicate, timeout, what):
     time.sleep(0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by fencing every "
-                   "save and record with the lease the trainer holds")
 def test_trainer_that_lost_its_lease_writes_nothing(start, tmp_path):
   model_dir = tmp_path / "m"
   a = start(EXPERIMENT, *FOREVER, model_dir=model_dir, env=LEASE_ENV)
@@ -252,8 +248,6 @@ def _assert_record_kept(run, first):
   assert _latest_step(run.model_dir) == 40
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by keeping the last "
-                   "results when a start has nothing to train")
 def test_relaunching_a_finished_run_keeps_its_record(
     launch_forked, finished, tmp_path):
   model_dir = tmp_path / "m"
@@ -262,14 +256,13 @@ def test_relaunching_a_finished_run_keeps_its_record(
   _assert_record_kept(run, finished[1])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by keeping the last "
-                   "results when a start has nothing to train")
 def test_resume_below_the_checkpoints_step_keeps_its_record(
     launch_forked, finished, tmp_path):
   model_dir = tmp_path / "m"
   shutil.copytree(finished[0], model_dir)
-  run = launch_forked(EXPERIMENT, FINISHED[0], "--params_override=" + SMOKE
-                      + ",trainer.train_steps=20", model_dir=model_dir)
+  run = launch_forked(EXPERIMENT, FINISHED[0], "--params_override=" +
+                      SMOKE.replace("train_steps=40", "train_steps=20"),
+                      model_dir=model_dir)
   _assert_record_kept(run, finished[1])
 
 
@@ -279,8 +272,6 @@ def _metrics_row(model_dir, step):
   return rows.get(step, {})
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by evaluating the "
-                   "final step on relaunch when its evaluation was cut short")
 def test_sigterm_in_the_final_evaluation_then_relaunch_records_it(
     start_forked, launch_forked, tmp_path):
   """The README's supervisor loop: restart on 42 until the run is done."""
@@ -332,13 +323,13 @@ def two_checkpoints(launch_forked, tmp_path_factory):
   return model_dir
 
 
-def _claim_pid(model_dir, checkpoint):
+def _claim(model_dir, checkpoint):
   try:
     with open(os.path.join(model_dir, "eval_claims",
                            checkpoint + ".json")) as f:
-      return json.load(f).get("pid")
+      return json.load(f)
   except (OSError, ValueError):
-    return None
+    return {}
 
 
 def _ledger(model_dir):
@@ -351,8 +342,6 @@ def _ledger(model_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 31: fixed by fencing an "
-                   "evaluator's ledger record with the claim it holds")
 def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
     start, two_checkpoints, tmp_path):
   model_dir = tmp_path / "m"
@@ -360,11 +349,14 @@ def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
   ledger = os.path.join(model_dir, "eval_ledger")
   first = start(EXPERIMENT, "--mode=continuous_eval", SLOW_EVAL,
                 model_dir=model_dir, env=CLAIM_ENV)
-  # It evaluates ckpt-10, then claims ckpt-20 (the final step): stopped a
-  # second into that evaluation, after the claim's settle time.
-  _wait_for(lambda: _claim_pid(model_dir, "ckpt-20") == first.proc.pid
+  # It evaluates ckpt-10, then claims ckpt-20 (the final step), and is
+  # stopped in the middle of that evaluation: once it has renewed the claim
+  # twice (a second into it), or 3 s after the claim's settle time.
+  _wait_for(lambda: _claim(model_dir, "ckpt-20").get("pid") == first.proc.pid
             or first.proc.poll() is not None, 180, "a claim on ckpt-20")
-  time.sleep(2.0)
+  claimed = time.monotonic()
+  _wait_for(lambda: (_claim(model_dir, "ckpt-20").get("renewals") or 0) >= 2
+            or time.monotonic() > claimed + 4, 30, "a renewed claim")
   first.proc.send_signal(signal.SIGSTOP)
   try:
     assert first.proc.poll() is None, first.finish()

@@ -227,15 +227,41 @@ def test_a_lease_this_process_left_is_taken_at_once(model_dir):
   assert fake.slept == 1 + 2 * lease.SETTLE_SECONDS  # No waiting.
 
 
-def test_a_lease_deleted_under_its_holder_is_written_again(model_dir):
+def test_a_lease_deleted_under_its_holder_is_lost_and_not_written_again(
+    model_dir):
+  """It cannot tell a user's delete from a takeover whose trainer finished."""
   fake = FakeTime()
   held = _lease(model_dir, fake).acquire()
   tf.io.gfile.remove(os.path.join(model_dir, lease.FILENAME))
   fake.sleep(10)
   held.beat()
-  held.check()  # Not lost: nobody else holds it.
-  record = _holder(model_dir)
-  assert (record["pid"], record["heartbeat"]) == (100, T0 + 10.5)
+  with pytest.raises(lease.LeaseLost, match="was deleted under this trainer"):
+    held.check()
+  assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
+
+
+def test_a_holder_that_lost_the_lease_writes_no_record_under_model_dir(
+    model_dir):
+  """The fence: any record under model_dir first proves the lease."""
+  fake = FakeTime()
+  first = _lease(model_dir, fake, pid=100).acquire()
+  record = os.path.join(model_dir, "run_summary.json")
+  _files.write_json(record, {"by": "first"})  # Held: written.
+  fake.sleep(lease.STALE_SECONDS + 1)  # Suspended past the stale time.
+  # Another trainer, in another process, takes the lease over.
+  _files.write_json(first.path, {
+      "host": "vm-2", "pid": 200, "pid_space": "", "token": "other",
+      "started": fake.clock(), "heartbeat": fake.clock()})
+  # No heartbeat ran since it woke: the write itself finds the lease lost.
+  with pytest.raises(lease.LeaseLost, match="Another trainer took over"):
+    _files.write_json(record, {"by": "first, after losing the lease"})
+  with pytest.raises(lease.LeaseLost):
+    _files.write_record(os.path.join(model_dir, "training_starts"), "x", {})
+  assert _files.read_json(record) == {"by": "first"}
+  assert not tf.io.gfile.exists(os.path.join(model_dir, "training_starts",
+                                             "x.json"))
+  first.release()
+  _files.write_json(record, {"by": "anyone, once released"})  # Unfenced.
 
 
 def test_a_lease_naming_pid_0_is_no_lease(model_dir):

@@ -152,7 +152,9 @@ def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
   second = launch_forked(*args[:2], args[2].format(steps=70),
                          model_dir=model_dir)
   assert second.returncode == 3, second
-  assert "Input data is corrupt" in second.stderr, second
+  assert "The run failed on its data while training at step" in second.stderr
+  assert "corrupted record at" in second.stderr, second
+  assert f"task.train_data.input_path='{good}'" in second.stderr
   assert "Traceback" not in second.stderr
   latest = tf.train.latest_checkpoint(str(model_dir))
   assert f"The last checkpoint, {latest}, is intact." in second.stderr

@@ -18,11 +18,17 @@ a copy and a delete), and a listing may lag behind a write, so:
 A whole-file record that is damaged reads as `Damaged` (`read_object`), a
 `ValueError` whose message names the file and what is wrong with it, for
 the caller to rebuild the record or refuse the run.
+
+While a trainer holds the lease of a `model_dir` (`tfm_ext.lease`), every
+write under it first runs the lease's check (`fence`): a trainer that lost
+the lease raises there and writes nothing.
 """
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import threading
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from absl import logging
 import tensorflow as tf
@@ -31,6 +37,37 @@ from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorf
 
 _FILE_SCHEME = "file://"
 _RECORD_SUFFIX = ".json"
+
+
+# Directory -> (the check a write under it runs first, the exempt path).
+_fences: Dict[str, Tuple[Callable[[], None], str]] = {}
+_fences_lock = threading.Lock()
+
+
+def fence(directory: str, check: Callable[[], None],
+          exempt: str = "") -> Callable[[], None]:
+  """Runs `check` before every write under `directory` but `exempt`.
+
+  Returns the function that lifts the fence.
+  """
+  key = directory.rstrip("/") + "/"
+  with _fences_lock:
+    _fences[key] = (check, exempt)
+
+  def lift():
+    with _fences_lock:
+      if _fences.get(key, (None,))[0] is check:
+        del _fences[key]
+  return lift
+
+
+def check_fence(path: str) -> None:
+  """Runs the fence's check of the directory `path` is under, if any."""
+  with _fences_lock:
+    fences = list(_fences.items())
+  for directory, (check, exempt) in fences:
+    if path.startswith(directory) and path != exempt:
+      check()
 
 
 def local_path(path: str) -> Optional[str]:
@@ -50,11 +87,13 @@ def write_text(path: str, text: str) -> None:
   gfile has no fsync: a record survives a killed process, as TensorFlow's
   own files do, not necessarily a power cut.
   """
+  check_fence(path)
   file_io.atomic_write_string_to_file(path, text)
 
 
 def write_bytes(path: str, data: bytes) -> None:
   """Writes `data` (a PNG, say) to `path` whole, as `write_text` does."""
+  check_fence(path)
   file_io.atomic_write_string_to_file(path, data)
 
 

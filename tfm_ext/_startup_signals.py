@@ -1,8 +1,10 @@
-"""SIGTERM or SIGINT before a run starts: exit 42 at once, nothing to save.
+"""A signal before a run starts: exit 42 at once, nothing to save.
 
 Python's default would end a launcher that a signal reaches while it loads
-TensorFlow with exit code 143 (SIGTERM), which a restart loop reads as a
-failure, or a KeyboardInterrupt traceback (SIGINT). A launcher script calls
+TensorFlow with exit code 143 (SIGTERM) or 129 (SIGHUP: the terminal or
+the ssh session closed), which a restart loop reads as a failure, or a
+KeyboardInterrupt traceback (SIGINT). Each of `SIGNALS` ends a job the same
+way. A launcher script calls
 `install` on its first lines, before the heavy imports (this module needs
 the standard library only), and `tfm_ext.launcher.main` calls it again for
 a fork's script; from then on a signal prints one line,
@@ -23,7 +25,7 @@ import sys
 # `tfm_ext.preemption.EXIT_CODE`, the restart code TensorFlow's
 # `PreemptionCheckpointHandler` uses.
 EXIT_CODE = 42
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def message(signal_name: str) -> str:

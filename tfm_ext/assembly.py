@@ -33,6 +33,7 @@ from tfm_ext import checkpointing
 from tfm_ext import console
 from tfm_ext import curves
 from tfm_ext import determinism
+from tfm_ext import failures
 from tfm_ext import lease
 from tfm_ext import preemption
 from tfm_ext import strategies
@@ -54,6 +55,9 @@ class Parts:
   deterministic: bool
   # The global step once the controller restored (0 for a fresh run).
   restored_step: int
+  # A training mode whose checkpoint is at or past `train_steps`: nothing
+  # is left to train (a relaunched finished run).
+  trained: bool = False
   # Held by a training run's chief; `driver.run_parts` releases it.
   trainer_lease: Optional[lease.Lease] = None
 
@@ -109,9 +113,10 @@ def assemble(plan, watcher: preemption.SignalWatcher,
   the parts already repairs the best-checkpoint directory. A build that
   raises releases it; `tfm_ext.driver.run_parts` releases it after the run.
   """
-  held = (lease.acquire(plan.request.model_dir)
-          if plan.mode.trains and plan.strategy.extended.should_checkpoint
-          else None)
+  held = None
+  if plan.mode.trains and plan.strategy.extended.should_checkpoint:
+    with failures.phase("model_dir", plan.request.model_dir):
+      held = lease.acquire(plan.request.model_dir)
   try:
     return _build(plan, watcher, supplied, held)
   except BaseException:
@@ -128,7 +133,8 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   chief = strategy.extended.should_checkpoint
   # Before anything reads the state file: a missing or damaged one is
   # rebuilt, an unreadable latest checkpoint skipped, or the run refused.
-  latest = checkpoint_state.repair(model_dir, write=chief)
+  with failures.phase("restore", model_dir):
+    latest = checkpoint_state.repair(model_dir, write=chief)
   # Every worker takes part in saving (variables may sync on read), but only
   # the chief writes where a user looks; the others write to a temp dir.
   write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
@@ -136,7 +142,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
     performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
 
   evaluates = mode.evaluates or supplied.post_eval
-  with strategy.scope():
+  with strategy.scope(), failures.phase("build"):
     task = supplied.task or task_factory.get_task(params.task,
                                                   logging_dir=write_dir)
     trainer = supplied.trainer or train_utils.create_trainer(
@@ -144,20 +150,31 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
         checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
                              if evaluates else None),
         trainer_cls=plan.trainer_cls)
+  # What Orbit runs of the trainer is the run's step or evaluate phase.
+  for method, name in (("train", "step"), ("evaluate", "evaluate")):
+    if hasattr(trainer, method):
+      setattr(trainer, method, failures.phased(name, getattr(trainer, method)))
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
-  restored_elsewhere = _restore_on_every_worker(trainer, latest, strategy)
+  with failures.phase("restore", latest or model_dir):
+    restored_elsewhere = _restore_on_every_worker(trainer, latest, strategy)
+  # A finished run relaunched trains nothing: its optimizer slots and input
+  # iterator stay unread, on purpose.
+  finished = bool(mode.trains and latest and _step_of(latest)
+                  >= params.trainer.train_steps)
   manager = checkpointing.build_manager(
       trainer, write_dir, params.trainer,
-      evaluates_only=not mode.trains,
+      evaluates_only=not mode.trains or finished,
       # A non-chief restored above: its init_fn (pretrained weights, say)
       # must not overwrite that.
       init_fn=None if restored_elsewhere and not chief else trainer.initialize,
       max_to_keep=params.trainer.max_to_keep if chief else 1,
-      enable_async=request.enable_async_checkpointing)
+      enable_async=request.enable_async_checkpointing,
+      before_save=held.assert_held if held else lambda: None)
 
   step = strategies.host_readable(trainer.global_step, strategy)
+  failures.set_run(global_step=lambda: int(step.numpy()))
   summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
       "train", params.trainer.validation_summary_subdir)]
   train_summaries, eval_summaries = (
@@ -186,28 +203,38 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
 
   console.quiet_orbit_controller()
   # Restores the latest checkpoint, if any.
-  controller = supplied.controller_cls(
-      strategy=strategy,
-      trainer=trainer if mode.trains else None,
-      evaluator=trainer,
-      global_step=step,
-      steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
-      checkpoint_manager=manager,
-      enable_async_checkpointing=request.enable_async_checkpointing,
-      summary_dir=summary_dirs[0] if supplied.save_summary else None,
-      eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
-      summary_interval=params.trainer.summary_interval,
-      summary_manager=train_summaries,
-      eval_summary_manager=eval_summaries,
-      train_actions=train_actions,
-      eval_actions=eval_actions)
+  with failures.phase("restore", latest or model_dir):
+    controller = supplied.controller_cls(
+        strategy=strategy,
+        trainer=trainer if mode.trains else None,
+        evaluator=trainer,
+        global_step=step,
+        steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
+        checkpoint_manager=manager,
+        enable_async_checkpointing=request.enable_async_checkpointing,
+        summary_dir=summary_dirs[0] if supplied.save_summary else None,
+        eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
+        summary_interval=params.trainer.summary_interval,
+        summary_manager=train_summaries,
+        eval_summary_manager=eval_summaries,
+        train_actions=train_actions,
+        eval_actions=eval_actions)
   restored_step = int(step.numpy())
   checkpointing.count_interval_from(manager, restored_step)
   return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
                controller=controller, progress=progress,
                eval_progress=eval_progress, write_dir=write_dir, chief=chief,
                deterministic=deterministic, restored_step=restored_step,
+               trained=bool(mode.trains and restored_step
+                            and restored_step >= params.trainer.train_steps),
                trainer_lease=held)
+
+
+def _step_of(checkpoint: str) -> int:
+  try:
+    return checkpoint_state.step_of(checkpoint)
+  except ValueError:  # Not named `<prefix>-<step>`: read it to know.
+    return -1
 
 
 def _restore_on_every_worker(trainer, latest: Optional[str],

@@ -8,6 +8,10 @@ trainer's checkpoint, `max_to_keep`, `checkpoint_interval`, the trainer's
 (`count_interval_from`), and an evaluator's restores expect to leave the
 optimizer's values unread (`PartialRestoreCheckpoint`).
 
+Every save is the run's `save` phase (`tfm_ext.failures`), and runs
+`before_save` first: a trainer that lost its lease raises there
+(`tfm_ext.lease`) and saves nothing.
+
 With `--enable_async_checkpointing` TFM hands Orbit's controller the option,
 and only the controller's saves are asynchronous; here every save of the
 manager is (`AsyncSavingManager`), so none races another.
@@ -17,14 +21,18 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tfm_ext import failures
+
 
 def build_manager(trainer, directory: str, trainer_config, *,
                   evaluates_only: bool, init_fn: Optional[Callable[[], None]],
-                  max_to_keep: int, enable_async: bool = False
+                  max_to_keep: int, enable_async: bool = False,
+                  before_save: Callable[[], None] = lambda: None
                   ) -> Optional[tf.train.CheckpointManager]:
   """The manager of `trainer.checkpoint` in `directory`; None without one.
 
-  With `enable_async` it is an `AsyncSavingManager`.
+  A `FencedManager` that runs `before_save` before each save; with
+  `enable_async` an `AsyncSavingManager`.
   """
   checkpoint = trainer.checkpoint
   if checkpoint is None:
@@ -34,13 +42,14 @@ def build_manager(trainer, directory: str, trainer_config, *,
     # checkpoint's values for them stay unread on purpose, and without
     # expect_partial TensorFlow logs about 20 warnings at exit.
     checkpoint = PartialRestoreCheckpoint(root=checkpoint)
-  manager_cls = (AsyncSavingManager if enable_async
-                 else tf.train.CheckpointManager)
-  return manager_cls(
+  manager_cls = AsyncSavingManager if enable_async else FencedManager
+  manager = manager_cls(
       checkpoint, directory=directory, max_to_keep=max_to_keep,
       step_counter=trainer.global_step,
       checkpoint_interval=trainer_config.checkpoint_interval,
       init_fn=init_fn)
+  manager.before_save = before_save
+  return manager
 
 
 def count_interval_from(manager: Optional[tf.train.CheckpointManager],
@@ -74,7 +83,30 @@ class PartialRestoreCheckpoint(tf.train.Checkpoint):
     return super().restore(save_path, options).expect_partial()
 
 
-class AsyncSavingManager(tf.train.CheckpointManager):
+class FencedManager(tf.train.CheckpointManager):
+  """A manager whose saves run `before_save` first, as phase `save`."""
+
+  before_save: Callable[[], None] = staticmethod(lambda: None)
+
+  def save(self, checkpoint_number=None, check_interval=True, options=None):
+    with failures.phase("save", self.directory):
+      if self._should_save(check_interval):
+        self.before_save()
+      return super().save(checkpoint_number=checkpoint_number,
+                          check_interval=check_interval, options=options)
+
+  def _should_save(self, check_interval: bool) -> bool:
+    """Whether `save` will write: TF's own test, step against interval."""
+    # pylint: disable=protected-access
+    if self._checkpoint_interval is None or self._last_checkpoint_step is None:
+      return True
+    step = int(self._step_counter.numpy())
+    last = self._last_checkpoint_step
+    return step != last and not (
+        check_interval and step < last + self._checkpoint_interval)
+
+
+class AsyncSavingManager(FencedManager):
   """A manager whose saves are asynchronous unless the caller passes options.
 
   Orbit's controller passes asynchronous options to its saves; the other

@@ -43,6 +43,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfm_ext import _files
+from tfm_ext import failures
+from tfm_ext.errors import UsageError
 from tfm_ext import actions
 from tfm_ext import console
 
@@ -259,9 +261,14 @@ def refresh(model_dir: str, trainer_config, pending: Optional[Rows] = None
         dict(rows), title=f"{model_dir} (step {max(rows)})",
         main_metrics=[metric] if metric else None))
     return True
-  except Exception:  # pylint: disable=broad-except
-    logging.warning("Could not refresh %s and %s in %s.", METRICS_CSV,
-                    CURVES_PNG, model_dir, exc_info=True)
+  except Exception as e:  # pylint: disable=broad-except
+    # A full disk, or a trainer that lost its lease (nothing written): one
+    # line; anything else may be a bug, with its traceback.
+    expected = isinstance(e, UsageError) or failures.storage_fault(e)
+    logging.warning("Could not refresh %s and %s in %s%s", METRICS_CSV,
+                    CURVES_PNG, model_dir,
+                    f": {failures.tf_reason(e)}" if expected else ".",
+                    exc_info=not expected)
     return False
 
 

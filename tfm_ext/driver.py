@@ -30,6 +30,8 @@ from tfm_ext import config_checks
 from tfm_ext import config_drift
 from tfm_ext import continuous_eval
 from tfm_ext import curves
+from tfm_ext import failures
+from tfm_ext import model_dir_check
 from tfm_ext import modes
 from tfm_ext import params_file
 from tfm_ext import preemption
@@ -37,7 +39,7 @@ from tfm_ext import preflight
 from tfm_ext import run_summary
 from tfm_ext import strategies
 from tfm_ext import trainers
-from tfm_ext.errors import RunFailed
+from tfm_ext.errors import UsageError
 from tfm_ext.run_summary import RunSummary
 
 
@@ -69,6 +71,9 @@ def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
   params = request.params
   mode = modes.get_mode(request.mode)
+  failures.set_run(model_dir=request.model_dir, params=params)
+  with failures.phase("model_dir", request.model_dir):
+    model_dir_check.check(request.model_dir)
   trainer_cls = trainers.get_trainer(params.trainer.name)
   config_checks.check(params, trains=mode.trains, evaluates=mode.evaluates)
   preflight.check_runtime(params.runtime)
@@ -150,8 +155,13 @@ def run_parts(plan: Plan, parts: assembly.Parts,
 
   However the run ends, it releases the trainer lease `assemble` took.
   """
+  # What a mode writes outside Orbit's calls (records, the ledger) is
+  # that mode's phase: a full disk there is the run's storage failing.
+  phase = ("step" if plan.mode.trains else
+           "evaluate" if plan.mode.evaluates else "export")
   try:
-    return _run_mode(plan, parts, watcher)
+    with failures.phase(phase, plan.request.model_dir):
+      return _run_mode(plan, parts, watcher)
   finally:
     if parts.trainer_lease:
       parts.trainer_lease.release()
@@ -174,22 +184,29 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
   ctx = modes.ModeContext(controller=parts.controller, params=request.params,
                           model_dir=request.model_dir,
                           should_stop=lambda: watcher.received is not None)
+  previous = _previous_summary(plan, parts) if parts.trained else None
   try:
     with plan.strategy.scope():
-      mode.run(ctx)
-    if watcher.received is not None and not mode.trains:
+      if not parts.trained:
+        mode.run(ctx)
+      elif mode.evaluates and not _evaluated_last_step(previous, parts):
+        # Stopped in (or before) the final evaluation: that one is left.
+        parts.controller.evaluate(steps=request.params.trainer.validation_steps)
+    if watcher.received is not None and mode.stops_on_signal:
       # An evaluator has no checkpoint to save: it just stops early.
       raise preemption.Preempted(int(parts.trainer.global_step.numpy()),
                                  watcher.signal_name, saved=False)
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e))
-  except (tf.errors.DataLossError, RunFailed) as e:
-    logging.info("The run failed.", exc_info=True)  # Log file only.
-    cause = (f"Input data is corrupt ({str(e).splitlines()[0]})."
-             if isinstance(e, tf.errors.DataLossError) else str(e))
-    return summarize(plan, parts, resumes, "failed", (
-        f"{cause} The last checkpoint, "
-        f"{tf.train.latest_checkpoint(request.model_dir)}, is intact."))
+  except (UsageError,) + TRANSIENT_ERRORS:
+    raise  # Refused (exit 2), or restarted by `run_with_recovery`.
+  except Exception as e:  # pylint: disable=broad-except
+    failure = failures.classify(e)
+    if failure is None:
+      raise  # A bug: its traceback.
+    logging.info("The run failed.", exc_info=True)  # The log file only.
+    return summarize(plan, parts, resumes, "failed", failure.message,
+                     exit_code=failure.code)
   finally:
     # However the mode ended, the files then hold its last step.
     if parts.chief and (mode.trains or mode.evaluates):
@@ -197,11 +214,52 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
   if mode.trains:
     continuous_eval.mark_training_complete(
         parts.write_dir, parts.trainer.global_step.numpy())
-  return summarize(plan, parts, resumes, "completed")
+  summary = summarize(plan, parts, resumes, "completed")
+  if parts.trained:
+    _carry_over(summary, previous, request.params.trainer.train_steps)
+  return summary
+
+
+def _previous_summary(plan: Plan,
+                      parts: assembly.Parts) -> Optional[RunSummary]:
+  """The run summary a finished run left, or None where it left none."""
+  if not parts.chief:
+    return None
+  try:
+    return RunSummary.read(plan.request.model_dir)
+  except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
+    logging.warning("No earlier run summary to keep (%s).",
+                    str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return None
+
+
+def _evaluated_last_step(previous: Optional[RunSummary],
+                         parts: assembly.Parts) -> bool:
+  return (previous is not None and previous.status == "completed"
+          and previous.global_step == parts.restored_step
+          and bool(previous.eval_metrics))
+
+
+def _carry_over(summary: RunSummary, previous: Optional[RunSummary],
+                train_steps: int) -> None:
+  """A start with nothing to train keeps the results of the run that did."""
+  summary.message = (
+      f"already complete at step {summary.global_step} (train_steps="
+      f"{train_steps}): nothing to train; the metrics are those of the run "
+      "that trained" + (", and of this start's evaluation"
+                        if summary.eval_metrics else ""))
+  print(summary.message, flush=True)
+  if previous is None:
+    return
+  summary.train_metrics = summary.train_metrics or previous.train_metrics
+  summary.eval_metrics = summary.eval_metrics or previous.eval_metrics
+  for field in ("examples_per_second", "time_to_first_step_seconds"):
+    if getattr(summary, field) is None:
+      setattr(summary, field, getattr(previous, field))
 
 
 def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
-              message: str = "") -> RunSummary:
+              message: str = "", exit_code: int = 0) -> RunSummary:
   """The `RunSummary` of `plan` run on `parts`, ending with `status`."""
   request, trainer = plan.request, parts.trainer
   return RunSummary(
@@ -210,6 +268,7 @@ def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
       trainer=request.params.trainer.name,
       status=status,
       message=message,
+      exit_code=exit_code,
       global_step=int(trainer.global_step.numpy()),
       train_steps=request.params.trainer.train_steps,
       resumed_from_step=parts.restored_step,

@@ -1,4 +1,7 @@
-"""`UsageError`: bad input that the user can fix, reported without traceback."""
+"""`UsageError`, `RunFailed`: what a user can fix, reported without traceback.
+
+`tfm_ext.failures` classifies every other failure by the run's phase.
+"""
 
 
 class UsageError(Exception):

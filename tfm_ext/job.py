@@ -3,50 +3,57 @@
 Shared by every launcher: `run` returns the summary of a completed run, or
 exits the process: 42 preempted (checkpoint saved, or nothing to save yet:
 a signal before the first step, or to an evaluator), 3 failed on its data
-(the last checkpoint intact), 2 bad input found only once running. Each
+(the last checkpoint intact), 4 its storage failed (a full disk, a lost
+permission), 2 bad input found only once running (`tfm_ext.failures`). Each
 writes the run summary (`run_summary.json`; `eval_summary.json` or
 `export_summary.json` for a mode that does not train) and the operative gin config first, when the run
 got that far, and copies the log into a bucket `model_dir` last.
 """
 
 import logging as std_logging
+import os
 import sys
 
 from absl import logging
+import tensorflow as tf
 
 from official.core import train_utils
 
 from tfm_ext import console
 from tfm_ext import driver
+from tfm_ext import failures
 from tfm_ext import modes
 from tfm_ext import preemption
 from tfm_ext import run_summary
 from tfm_ext import strategies
 from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
 from tfm_ext.run_summary import RunSummary
 
 
 def run(plan: driver.Plan,
         recovery: driver.Recovery = driver.Recovery()) -> RunSummary:
-  """Runs a `driver.prepare`d plan; returns its summary or exits."""
+  """Runs a `driver.prepare`d plan; returns its summary or exits.
+
+  Inside the run's error boundary (`tfm_ext.failures.boundary`), so what it
+  raises is classified, and logged, before the log is copied into a
+  bucket.
+  """
   request = plan.request
   # Non-chief workers keep their logs out of model_dir (absl's default dir).
   save_log = console.log_to_files(
       request.model_dir if strategies.is_chief_process() else None)
+  failures.set_run(log_file=logging.get_log_file_name() or "the console")
   try:
-    with preemption.SignalWatcher() as watcher:
+    with failures.boundary(), preemption.SignalWatcher() as watcher:
       try:
         summary = driver.run_with_recovery(plan, recovery, watcher)
-      except UsageError as e:  # Found only once running (continuous_eval).
-        exit_with(e, UsageError.EXIT_CODE)
       except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
         exit_with(e, preemption.EXIT_CODE, "preempted")
       finish(request, summary)
     if summary.status == "preempted":
       exit_with(summary.message, preemption.EXIT_CODE, "preempted")
     if summary.status == "failed":
-      exit_with(summary.message, RunFailed.EXIT_CODE)
+      exit_with(summary.message, summary.exit_code or RunFailed.EXIT_CODE)
     return summary
   finally:
     # Every way out passes here (the exits above are SystemExit, a second
@@ -58,18 +65,29 @@ def finish(request: driver.RunRequest, summary: RunSummary) -> str:
   """Writes the operative gin config and the run summary; returns its path.
 
   Only the chief writes them; another worker's summary goes to the log.
+  Storage that fails here (a full disk) is a warning: the run's own
+  outcome decides its exit code.
   """
   if not summary.chief:
     logging.info("Run summary of this worker: %s", summary.to_json())
     path = ""
   else:
-    train_utils.save_gin_config(request.mode, request.model_dir)
     # An evaluator beside a trainer must not overwrite the trainer's record,
     # nor an export the evaluator's.
     mode = modes.get_mode(request.mode)
-    path = summary.write(request.model_dir, run_summary.summary_filename(
+    path = os.path.join(request.model_dir, run_summary.summary_filename(
         mode.trains, mode.evaluates))
-    logging.info("Run summary: %s", path)
+    try:
+      train_utils.save_gin_config(request.mode, request.model_dir)
+      summary.write(request.model_dir, os.path.basename(path))
+      logging.info("Run summary: %s", path)
+    except (tf.errors.OpError, OSError) as e:
+      if not failures.storage_fault(e):
+        raise
+      logging.warning("Could not write %s: %s", path, failures.tf_reason(e))
+      print(f"warning: could not write {path}: {failures.tf_reason(e)}",
+            file=sys.stderr, flush=True)
+      path = ""
   logging.flush()
   # TensorFlow objects collected at interpreter exit may still log after
   # absl has closed its file; such records are dropped, not printed as

@@ -12,14 +12,18 @@ start (`tfm_ext._startup`) by importing this module first:
 
 The embedded default experiment, `digits_convnet`, is always registered.
 
-Exit codes: 0 done; 2 bad input (unknown names, malformed YAML, unknown
+Exit codes (`tfm_ext.failures`, the one boundary every failure goes
+through): 0 done; 2 bad input (unknown names, malformed YAML, unknown
 override keys, bad gin, unsplittable batches, empty input patterns, `eval`
-without a checkpoint), printed as one paragraph before `model_dir` is
-touched; 3 the run failed on its data (corrupt records, a NaN loss), the last
-checkpoint intact; 42 preempted (SIGTERM or SIGINT, at any moment): a
-checkpoint was saved at the current step, or there was nothing to save yet
-(start-up, an evaluator), as the one `preempted:` line says; relaunch the
-same command to resume.
+without a checkpoint, an unusable `--model_dir`), printed as one paragraph
+before `model_dir` is touched, or a checkpoint that does not fit the model;
+3 the run failed on its data (corrupt records, a NaN loss), the last
+checkpoint intact; 4 its storage failed while running (a full disk, a lost
+permission), nothing lost; 42 preempted (SIGTERM, SIGINT or SIGHUP, at any
+moment): a checkpoint was saved at the current step, or there was nothing
+to save yet (start-up, an evaluator), as the one `preempted:` line says, or
+a second signal aborted it; relaunch the same command to resume; 1 a bug,
+with its traceback.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -40,7 +44,9 @@ from official.core import task_factory
 
 from tfm_ext import _startup_signals
 from tfm_ext import driver
+from tfm_ext import failures
 from tfm_ext import job
+from tfm_ext import model_dir_check
 from tfm_ext import models
 from tfm_ext import modes
 from tfm_ext import params as params_lib
@@ -147,7 +153,9 @@ def main(argv) -> None:
   # A fork's script exits 42 on a signal from here on; ours from its first
   # line (tfm_ext/_startup_signals.py).
   _startup_signals.install()
-  try:
+  failures.reset()
+  with failures.boundary():
+    params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
     import_registries(FLAGS.registry)
     if FLAGS.list:
       print(registered(), end="")
@@ -159,8 +167,6 @@ def main(argv) -> None:
       print(params_file.dump(params_lib.build(_sources()).as_dict()), end="")
       return
     plan = driver.prepare(_request())
-  except UsageError as e:
-    job.exit_with(e, UsageError.EXIT_CODE)
   summary = job.run(plan, driver.Recovery(
       max_restarts=FLAGS.max_restarts,
       backoff_seconds=FLAGS.restart_backoff_seconds))
@@ -180,6 +186,9 @@ def _request() -> driver.RunRequest:
         f"--{m}" for m in missing) + ". (--list shows what is registered.)")
   mode = modes.get_mode(FLAGS.mode)
   model_dir = os.path.expanduser(FLAGS.model_dir)
+  # Before anything reads or writes it (an evaluator reads params.yaml).
+  with failures.phase("model_dir", model_dir):
+    model_dir_check.check(model_dir)
   for name in UNREAD_TFM_FLAGS:
     if FLAGS[name].value:
       logging.warning("--%s=%s has no effect: TFM's train.py does not read "

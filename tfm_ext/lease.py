@@ -28,10 +28,26 @@ Everything goes through `tf.io.gfile`, so it holds on a bucket, which has no
 exclusive create: taking is writing the lease whole, waiting
 `settle_seconds`, then reading it back; of two trainers that write within
 that time the later write wins and the other refuses. The heartbeat reads
-the lease before rewriting it: a holder that finds another trainer's token
-(its own heartbeat went stale while the process was suspended, or a writer
-slower than `settle_seconds`) stops beating, and its `check` action raises
-`UsageError` after the loop in flight, before that loop is checkpointed.
+the lease before rewriting it: a holder that finds another trainer's token,
+or no lease at all (its own heartbeat went stale while the process was
+suspended, and another trainer took the lease and maybe released it since;
+a writer slower than `settle_seconds`; a user who deleted it), has lost it
+and stops beating.
+
+A lost lease is fenced: the holder proves it still holds the lease, by
+reading it back and finding its own token, before every write it makes
+into `model_dir`, not only at its heartbeat: `assert_held` runs before each
+checkpoint save (`tfm_ext.checkpointing`), each record (`tfm_ext._files`
+runs it before any write under `model_dir` while the lease is held) and as
+the first action after each loop (`check`). A trainer that was suspended
+or partitioned and wakes up raises `LeaseLost` at its first write and
+writes nothing. What stays open is the time between that read and the
+write it guards (milliseconds): a process stopped exactly there writes one
+object when it wakes.
+
+The heartbeat and staleness may be set by the environment
+(`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`), for
+tests and for clusters whose hosts' clocks or pauses need more room.
 
 What it cannot see: clocks that disagree between hosts by about
 `stale_seconds` or more (a live holder whose clock lags looks stale; the
@@ -53,11 +69,16 @@ from tfm_ext import _files
 from tfm_ext.errors import UsageError
 
 FILENAME = "trainer_lease.json"
-HEARTBEAT_SECONDS = 10.0
-STALE_SECONDS = 60.0
+HEARTBEAT_SECONDS = float(
+    os.environ.get("TFM_EXT_LEASE_HEARTBEAT_SECONDS", "10"))
+STALE_SECONDS = float(os.environ.get("TFM_EXT_LEASE_STALE_SECONDS", "60"))
 SETTLE_SECONDS = 0.5
 # A heartbeat this many beats old is missed: the holder may be gone.
 _MISSED_BEATS = 3
+
+
+class LeaseLost(UsageError):
+  """This trainer no longer holds the lease of its model_dir: stop writing."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -141,6 +162,7 @@ class Lease:
     self._lost: Optional[str] = None
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
+    self._unfence: Callable[[], None] = lambda: None
 
   def acquire(self) -> "Lease":
     """Takes the lease or raises `UsageError` naming its holder; see above."""
@@ -160,38 +182,53 @@ class Lease:
       self._thread = threading.Thread(target=self._beat_until_stopped,
                                       name="tfm_ext_lease", daemon=True)
       self._thread.start()
+    self._unfence = _files.fence(self.model_dir, self.assert_held,
+                                 exempt=self.path)
     return self
 
   def beat(self) -> None:
-    """Rewrites the heartbeat, unless another trainer took the lease."""
+    """Rewrites the heartbeat, unless the lease is no longer this trainer's."""
+    if self._lost is None and self._still_held():
+      self._write()
+
+  def assert_held(self) -> None:
+    """Raises `LeaseLost` unless the lease in `model_dir` is still ours.
+
+    Reads the lease back: called before every write the holder makes.
+    """
+    if self._lost is None:
+      self._still_held()
     if self._lost is not None:
-      return
-    held = self._read()
-    if held is not None and not self._ours(held):
-      self._lost = (
-          f"Another trainer took over {self.model_dir} "
-          f"({self.path}: {self._describe(held)}), judging this one "
-          "gone: this trainer's heartbeat went stale (a suspended process? "
-          "clocks that disagree between hosts?) or both started within "
-          f"{self._settle_seconds:g}s. This trainer stops without saving, so "
-          "that one trainer writes the model_dir.")
-      logging.error("%s", self._lost)
-      return
-    if held is None:
-      logging.warning("%s was gone: writing it again.", self.path)
-    self._write()
+      raise LeaseLost(self._lost)
 
   def check(self, output=None) -> None:
-    """An Orbit action: raises `UsageError` once the lease is lost."""
+    """An Orbit action: `assert_held`, after each loop, before its save."""
     del output
-    if self._lost is not None:
-      raise UsageError(self._lost)
+    self.assert_held()
+
+  def _still_held(self) -> bool:
+    """Whether the lease read back is ours; records why it is lost if not."""
+    held = self._read()
+    if self._ours(held):
+      return True
+    taken = (f"Another trainer took over {self.model_dir} ({self.path}: "
+             f"{self._describe(held)})" if held is not None else
+             f"{self.path} was deleted under this trainer (by a user, or by "
+             "another trainer that took it over and finished)")
+    self._lost = (
+        f"{taken}, judging this one gone: this trainer's heartbeat went "
+        "stale (a suspended process? clocks that disagree between hosts?) "
+        f"or both started within {self._settle_seconds:g}s. This trainer "
+        "stops without saving, so that one trainer writes the model_dir.")
+    logging.error("%s", self._lost)
+    return False
 
   def release(self) -> None:
     """Stops the heartbeat and deletes the lease, if it is still ours."""
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
+    self._unfence()
     try:
       if self._ours(self._read()):
         tf.io.gfile.remove(self.path)

@@ -13,6 +13,7 @@ from official.core import config_definitions
 
 from tfm_ext import continuous_eval
 from tfm_ext import export
+from tfm_ext import failures
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
 
@@ -39,6 +40,10 @@ class Mode:
   # Started beside a trainer, it may come first: it waits for the trainer's
   # params.yaml (`params.await_trainer_params`) before it builds anything.
   waits_for_trainer: bool = False
+  # It polls `ModeContext.should_stop` and stops early on a signal, saving
+  # nothing (an evaluator). A mode that trains saves and stops instead
+  # (`tfm_ext.preemption`); any other runs to its end.
+  stops_on_signal: bool = False
 
 
 def _train(ctx: ModeContext) -> Logs:
@@ -85,7 +90,9 @@ def _continuous_eval(ctx: ModeContext) -> Logs:
 
 def _export(ctx: ModeContext) -> Logs:
   """Writes the best (else latest) checkpoint to `model_dir/export/<step>/`."""
-  export.export_model_dir(ctx.controller.evaluator, ctx.params, ctx.model_dir)
+  with failures.phase("export", ctx.model_dir):
+    export.export_model_dir(ctx.controller.evaluator, ctx.params,
+                            ctx.model_dir)
   return None
 
 
@@ -97,7 +104,8 @@ MODES = {
     "train_and_post_eval": Mode(trains=True, evaluates=True,
                                 run=_train_and_post_eval),
     "continuous_eval": Mode(trains=False, evaluates=True,
-                            run=_continuous_eval, waits_for_trainer=True),
+                            run=_continuous_eval, waits_for_trainer=True,
+                            stops_on_signal=True),
     "export": Mode(trains=False, evaluates=False, run=_export,
                    needs_checkpoint=True),
 }

@@ -1,4 +1,4 @@
-"""Graceful preemption: on SIGTERM or SIGINT, save at the current step, exit 42.
+"""Graceful preemption: on SIGTERM, SIGINT or SIGHUP, save the step, exit 42.
 
 `SignalWatcher` records the signal; `SaveAndStopIfPreempted` is an Orbit
 action that, after the loop in flight, writes that loop's summaries, saves a
@@ -21,7 +21,6 @@ GCE metadata server over the network to learn its platform.
 """
 
 import signal
-import sys
 from typing import Optional, Sequence
 
 from absl import logging
@@ -61,8 +60,17 @@ class StartUpInterrupted(Exception):
     super().__init__(_startup_signals.message(signal_name))
 
 
+class SecondSignal(KeyboardInterrupt):
+  """A second signal: the job ends at once, without saving.
+
+  The run's error boundary (`tfm_ext.failures`) prints one `aborted:` line
+  naming the last checkpoint and exits 42; the log file keeps where it
+  struck.
+  """
+
+
 class SignalWatcher:
-  """Records SIGTERM/SIGINT instead of dying; a second signal aborts at once.
+  """Records a signal of `SIGNALS` instead of dying; a second one aborts.
 
   Use as a context manager; the previous handlers come back on exit.
   """
@@ -92,8 +100,7 @@ class SignalWatcher:
       # A second signal: the user (or the cluster) will not wait any longer.
       logging.warning("Second %s: exiting without a checkpoint.",
                       signal.Signals(signum).name)
-      sys.stderr.flush()
-      raise KeyboardInterrupt
+      raise SecondSignal(signal.Signals(signum).name)
     self.received = signum
     logging.warning("%s received: finishing the loop in flight, then saving "
                     "a checkpoint and exiting with %d.",

@@ -42,8 +42,11 @@ class RunSummary:
   trainer: str
   # "completed", "preempted" (checkpoint saved, exit 42) or "failed".
   status: str = "completed"
-  # Why a run was preempted or failed; empty when it completed.
+  # Why a run was preempted or failed (or that it had nothing to train).
   message: str = ""
+  # The launcher's exit code for a failed run: 3 its data, 4 its storage
+  # (`tfm_ext.failures`); 0 otherwise.
+  exit_code: int = 0
   global_step: int = 0
   train_steps: int = 0
   # The step this process started from, and how many training starts in

@@ -1,0 +1,329 @@
+"""The run's one error boundary: what a user did or met, told apart from bugs.
+
+A run goes through phases, in order:
+
+    config -> model_dir -> build -> restore -> step / evaluate / save
+           -> export
+
+The code that enters one says so (`with failures.phase("restore", path):`),
+and whatever is raised inside carries the innermost phase it passed
+through. The launcher runs the whole job inside `boundary()`, which turns
+what comes out into one paragraph and an exit code (`classify`):
+
+| what was raised                                  | phase           | exit |
+| ------------------------------------------------ | --------------- | ---- |
+| `UsageError` (a check refused the input)         | any             | 2    |
+| a storage fault: no space, quota, read-only, a   | config,         | 2    |
+|   permission, an unreachable bucket               |   model_dir     |      |
+|   the same once the run has started              | later           | 4    |
+| `RunFailed` (a diverged loss, an empty dataset)  | any             | 3    |
+| TensorFlow's runtime on the data (`OpError`)     | build, step,    | 3    |
+|                                                  |   evaluate      |      |
+| a checkpoint that does not fit the model         | restore         | 2    |
+| a config file that cannot be read                | config          | 2    |
+| a second signal                                  | any             | 42   |
+| anything else                                    | any             | 1, with its traceback |
+
+How a user's fault is told from a bug: a user's fault is a check's own
+refusal (`UsageError`, `RunFailed`), an error of TensorFlow's runtime (a
+`tf.errors.OpError`, raised by a kernel on the data, a file or a
+checkpoint; it carries TensorFlow's reason) or of the operating system on
+a file (`OSError`). A bug is a Python exception raised by Python code: a
+`TypeError`, an `AttributeError`, a `ValueError` while a function is
+traced. Those keep their traceback on the console. Every failure's
+traceback goes to the log file (`logs/` in `model_dir` once the log is
+open).
+
+`EXIT_STORAGE` (4) means that nothing the run had was lost: the write that
+failed was a temporary one (a checkpoint is written beside the last one,
+every record whole), so the last checkpoint is intact and the next start
+clears what the failed write left; free space or restore the permission
+and relaunch the same command to resume.
+"""
+
+import contextlib
+import dataclasses
+import errno
+import re
+import sys
+from typing import Callable, Iterator, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from tfm_ext.errors import RunFailed
+from tfm_ext.errors import UsageError
+
+PHASES = ("config", "model_dir", "build", "restore", "step", "evaluate",
+          "save", "export")
+EXIT_USAGE = UsageError.EXIT_CODE
+EXIT_DATA = RunFailed.EXIT_CODE
+EXIT_STORAGE = 4
+EXIT_PREEMPTED = 42
+
+# What the operating system and TensorFlow's file systems say when storage
+# fails under a run (TensorFlow words it as strerror does).
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                   errno.EPERM, errno.EFBIG)
+_STORAGE_WORDS = re.compile(
+    r"No space left on device|Disk quota exceeded|Read-only file system|"
+    r"Permission denied|File too large|Could not resolve host|"
+    r"Couldn't resolve host|Error executing an HTTP request|"
+    r"Couldn't connect to server|Timeout was reached")
+_PHASE_ATTRIBUTE = "_tfm_ext_phase"
+# What the phases do, as the paragraph says it.
+_DOING = {
+    "config": "reading the config",
+    "model_dir": "checking the model_dir",
+    "build": "building the task, model and input pipelines",
+    "restore": "restoring a checkpoint",
+    "step": "training",
+    "evaluate": "evaluating",
+    "save": "saving",
+    "export": "exporting",
+}
+
+
+@dataclasses.dataclass
+class _Run:
+  """What the boundary knows of the run, to name files in its paragraph."""
+  phase: str = "config"
+  subject: str = ""
+  model_dir: str = ""
+  params: object = None
+  global_step: Optional[Callable[[], int]] = None
+  log_file: str = ""
+
+
+_run = _Run()
+
+
+def set_run(*, model_dir: Optional[str] = None, params=None,
+            global_step: Optional[Callable[[], int]] = None,
+            log_file: Optional[str] = None) -> None:
+  """Tells the boundary what it names: the model_dir, config, step, log."""
+  for name, value in (("model_dir", model_dir), ("params", params),
+                      ("global_step", global_step), ("log_file", log_file)):
+    if value is not None:
+      setattr(_run, name, value)
+
+
+def reset() -> None:
+  """Forgets the run (a new one starts in this process)."""
+  global _run
+  _run = _Run()
+
+
+@contextlib.contextmanager
+def phase(name: str, subject: str = "") -> Iterator[None]:
+  """Marks the block as phase `name` (of `PHASES`), about `subject`.
+
+  An exception leaving the block carries the innermost phase it passed
+  through, for `classify`.
+  """
+  if name not in PHASES:
+    raise ValueError(f"Unknown phase {name!r}; one of {PHASES}.")
+  before = (_run.phase, _run.subject)
+  _run.phase, _run.subject = name, subject
+  try:
+    yield
+  except BaseException as e:
+    if not hasattr(e, _PHASE_ATTRIBUTE):
+      try:
+        setattr(e, _PHASE_ATTRIBUTE, (name, subject))
+      except AttributeError:
+        pass  # A builtin exception without a __dict__: the phase in force.
+    raise
+  finally:
+    _run.phase, _run.subject = before
+
+
+def phased(name: str, function: Callable, subject: str = "") -> Callable:
+  """`function`, run as phase `name`: for methods Orbit calls."""
+  def run(*args, **kwargs):
+    with phase(name, subject):
+      return function(*args, **kwargs)
+  return run
+
+
+def phase_of(error: BaseException):
+  """The (phase, subject) `error` was raised in."""
+  return getattr(error, _PHASE_ATTRIBUTE, (_run.phase, _run.subject))
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+  """A classified failure: the exit code and the paragraph to print."""
+  code: int
+  message: str
+  kind: str = "error"
+
+
+def tf_reason(error: BaseException) -> str:
+  """TensorFlow's own reason for `error`, without its graph trace.
+
+  A `tf.function` error reads "Graph execution error:", the Python frames
+  the failing op was defined at, then the kernel's reason and the node;
+  the reason is what a user can act on.
+  """
+  text = getattr(error, "message", None) or str(error)
+  lines = text.splitlines()
+  if lines and lines[0].startswith("Graph execution error"):
+    kept = []
+    for line in lines[1:]:
+      if (not line.strip() or line.startswith("Detected at node")
+          or line[:1].isspace() or line.startswith("{{function_node")):
+        continue
+      kept.append(line)
+    lines = kept or lines
+  reason = " ".join(line.strip() for line in lines
+                    if line.strip() and not line.strip().startswith("[["))
+  # The kernel's wrapper names its own function and op: not the user's.
+  reason = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", reason)
+  reason = re.sub(r"\s*\[Op:[^\]]*\]", "", reason).strip()
+  # A kernel may quote a whole batch ("Label values: 99 99 ...").
+  return (reason if len(reason) <= 300 else reason[:300] + "...") or (
+      type(error).__name__)
+
+
+def storage_fault(error: BaseException) -> bool:
+  """Whether `error` is storage failing: space, quota, a permission, a host."""
+  if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+    return True
+  return (isinstance(error, (tf.errors.OpError, OSError))
+          and bool(_STORAGE_WORDS.search(str(error))))
+
+
+def classify(error: BaseException) -> Optional[Failure]:
+  """The `Failure` that `error` is, or None for a bug (see the module)."""
+  name, subject = phase_of(error)
+  if isinstance(error, UsageError):
+    return Failure(EXIT_USAGE, str(error))
+  if isinstance(error, KeyboardInterrupt):
+    return Failure(EXIT_PREEMPTED, _aborted(error), kind="aborted")
+  if isinstance(error, RunFailed):
+    return Failure(EXIT_DATA, _sentences(str(error), _last_checkpoint()))
+  if storage_fault(error):
+    where = subject or _run.model_dir or "the model_dir"
+    if name in ("config", "model_dir"):
+      return Failure(EXIT_USAGE, (
+          f"{where} cannot be used: {tf_reason(error)}. Check the path, its "
+          "permissions and free space (for a bucket: its name, the "
+          "credentials at hand and the network), then relaunch."))
+    return Failure(EXIT_STORAGE, _sentences(
+        f"Writing {where} failed while {_doing(name)}: {tf_reason(error)}.",
+        _last_checkpoint(), "Free space or restore the permission, then "
+        "relaunch the same command to resume."))
+  if name == "model_dir" and isinstance(error, (OSError, tf.errors.OpError)):
+    return Failure(EXIT_USAGE, (
+        f"--model_dir={subject or _run.model_dir!r} cannot be used: "
+        f"{tf_reason(error)}. Give a directory this job may write."))
+  if name == "config" and isinstance(error, (OSError, tf.errors.OpError)):
+    return Failure(EXIT_USAGE, f"{subject or 'A config file'} cannot be "
+                               f"read: {tf_reason(error)}")
+  if name == "restore" and isinstance(error, (ValueError, AssertionError)):
+    # TensorFlow's checkpoint reader says a shape or an object does not
+    # match in Python: the checkpoint is the user's, not a bug.
+    return _does_not_fit(subject, error)
+  if not isinstance(error, tf.errors.OpError) or isinstance(
+      error, (tf.errors.UnavailableError, tf.errors.AbortedError)):
+    # Raised by Python code: a bug keeps its traceback. So does a peer or
+    # collective lost past the in-process restarts (`driver.Recovery`).
+    return None
+  if name == "restore":
+    return _does_not_fit(subject, error)
+  if name in ("build", "step", "evaluate"):
+    return Failure(EXIT_DATA, _sentences(
+        f"The run failed on its data while {_doing(name)}: "
+        f"{tf_reason(error)}.", f"Input: {_input_pattern(name)}.",
+        _last_checkpoint(), "Fix or remove the bad input and relaunch to "
+        "resume."))
+  return None
+
+
+def _does_not_fit(subject: str, error: BaseException) -> Failure:
+  where = subject or "in " + (_run.model_dir or "--model_dir")
+  return Failure(EXIT_USAGE, (
+      f"The checkpoint {where} does not fit this run's model: "
+      f"{tf_reason(error)}. It was written by another model or config: go "
+      "back to the config that wrote it, train in a new --model_dir, or move "
+      "the checkpoints out."))
+
+
+def report(failure: Failure, error: Optional[BaseException] = None) -> None:
+  """Prints `failure` as one paragraph; logs `error` with its traceback.
+
+  Only once the run's log file is open (`set_run(log_file=...)`): before,
+  the absl log is the console, and nothing is written anywhere.
+  """
+  if error is not None and _run.log_file:
+    # INFO: the log file's, not the console's (`console.log_to_files`).
+    logging.info("%s (%s)", failure.message, type(error).__name__,
+                 exc_info=(type(error), error, error.__traceback__))
+  print(f"{failure.kind}: {failure.message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def boundary() -> Iterator[None]:
+  """Runs a job: a classified failure exits with its code, a bug raises.
+
+  `SystemExit` (a job that decided its own exit) passes through.
+  """
+  try:
+    yield
+  except SystemExit:
+    raise
+  except BaseException as e:  # pylint: disable=broad-except
+    failure = classify(e)
+    if failure is None:
+      if _run.log_file:  # Python prints it on the console too.
+        logging.info("A bug (not a problem with the input): %s",
+                      type(e).__name__,
+                      exc_info=(type(e), e, e.__traceback__))
+      raise
+    report(failure, e)
+    sys.exit(failure.code)
+
+
+def _sentences(*parts: str) -> str:
+  return " ".join(part for part in parts if part)
+
+
+def _doing(name: str) -> str:
+  step = _step()
+  where = f" at step {step}" if step is not None and name in (
+      "step", "evaluate", "save") else ""
+  return _DOING.get(name, name) + where
+
+
+def _step() -> Optional[int]:
+  try:
+    return _run.global_step() if _run.global_step else None
+  except Exception:  # pylint: disable=broad-except
+    return None  # The step lives on a device that failed: say less.
+
+
+def _input_pattern(name: str) -> str:
+  task = getattr(_run.params, "task", None)
+  field = "validation_data" if name == "evaluate" else "train_data"
+  data = getattr(task, field, None)
+  pattern = getattr(data, "input_path", "") or getattr(data, "tfds_name", "")
+  return f"task.{field}.input_path={pattern!r}" if data is not None else (
+      "the task's input")
+
+
+def _last_checkpoint() -> str:
+  if not _run.model_dir:
+    return ""
+  try:
+    latest = tf.train.latest_checkpoint(_run.model_dir)
+  except (tf.errors.OpError, OSError):
+    latest = None
+  return (f"The last checkpoint, {latest}, is intact." if latest else
+          "No checkpoint had been saved yet.")
+
+
+def _aborted(error: BaseException) -> str:
+  name = str(error) or "a signal"
+  return _sentences(f"a second {name}: stopped at once without saving.",
+                    _last_checkpoint(), "Relaunch the same command to resume.")
