@@ -147,11 +147,14 @@ def test_continuous_eval_records_each_empty_evaluation_and_ranks_none(
   assert "No new checkpoint" not in run.stderr
 
 
-def tfm_trainer(validation_path, export_dir, task_config=None):
+def tfm_trainer(validation_path, export_dir, task_config=None, ema=False):
   """TFM's own `Trainer` on digits, evaluating `validation_path`."""
   params = digits_convnet.get_config()
   if task_config is not None:
     params.task = task_config
+  if ema:
+    params.override({"trainer": {"optimizer_config": {
+        "ema": {"average_decay": 0.99}}}})
   params.task.validation_data.input_path = validation_path
   task = task_factory.get_task(params.task)
   exporter = best_checkpoint.maybe_create(params, str(export_dir))
@@ -173,6 +176,23 @@ def test_tfm_trainer_raises_before_its_exporter_ranks_an_empty_evaluation(
     trainer.evaluate(tf.constant(-1))
   assert eval_count.batches(trainer) == 0
   assert best_entries(tmp_path) == []
+
+
+def test_an_empty_evaluation_leaves_the_training_weights_not_the_average(
+    tmp_path):
+  empty = tmp_path / "empty.tfrecord"
+  empty.write_bytes(b"")
+  # TFM's EMA swap needs a strategy's cross-replica context.
+  with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+    trainer = tfm_trainer(str(empty), tmp_path, ema=True)
+    # Training weights apart from their moving average (a copy at creation).
+    for weight in trainer.model.trainable_weights:
+      weight.assign(weight + 1.0)
+    before = [w.numpy() for w in trainer.model.trainable_weights]
+    with pytest.raises(eval_count.EmptyEvaluation):
+      trainer.evaluate(tf.constant(-1))  # eval_begin swapped the average in.
+    after = [w.numpy() for w in trainer.model.trainable_weights]
+  assert all((a == b).all() for a, b in zip(before, after))
 
 
 @dataclasses.dataclass

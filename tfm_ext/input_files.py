@@ -214,8 +214,7 @@ def _walk(path: str, size: int, verify: bool = False) -> Framing:
   try:
     with open(path, "rb", buffering=0) as f:
       while offset < size:
-        f.seek(offset)
-        header = f.read(_HEADER_BYTES)
+        header = os.pread(f.fileno(), _HEADER_BYTES, offset)
         framed = len(header) == _HEADER_BYTES and _length_framed(header)
         if records == 0 and len(header) == _HEADER_BYTES and not framed:
           return Framing(None, size=size)  # Not a TFRecord file.
