@@ -220,15 +220,17 @@ def test_batches_are_counted_when_the_task_reports_no_loss(tmp_path):
   assert [e["global_step"] for e in best_entries(tmp_path)] == [0]
 
 
-@pytest.mark.xfail(strict=True, reason="needs tfm_ext.assembly to call "
-                   "eval_count.watch(trainer) on every trainer it builds")
 def test_tfm_base_trainer_in_the_launcher_exits_3_on_an_empty_evaluation(
-    launch_forked, model_copy):
-  run = launch_forked(EXPERIMENT, "--mode=eval", f"--params_override="
-                      f"{NO_BATCH},trainer.name=tfm_base",
-                      model_dir=model_copy)
+    launch_forked, tmp_path):
+  model_dir = tmp_path / "m"  # TFM's own trainer trains, then evaluates.
+  run = launch_forked(EXPERIMENT, "--mode=train_and_eval", "--trainer=tfm_base",
+                      "--params_override=trainer.train_steps=10,"
+                      "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+                      f"trainer.checkpoint_interval=10,{NO_BATCH}",
+                      model_dir=model_dir)
   assert run.returncode == 3, run
-  assert best_entries(model_copy) == []
+  assert "task.validation_data.input_path" in run.stderr, run
+  assert best_entries(model_dir) == []
 
 
 # -- B. Input files cut short or unreadable --------------------------------

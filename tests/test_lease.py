@@ -11,12 +11,14 @@ import signal
 import subprocess
 import threading
 import time
+import types
 import uuid
 
 import pytest
 import tensorflow as tf
 
 from tfm_ext import _files
+from tfm_ext import checkpointing
 from tfm_ext import lease
 from tfm_ext.errors import UsageError
 
@@ -262,6 +264,44 @@ def test_a_holder_that_lost_the_lease_writes_no_record_under_model_dir(
                                              "x.json"))
   first.release()
   _files.write_json(record, {"by": "anyone, once released"})  # Unfenced.
+
+
+def test_a_save_whose_lease_is_lost_while_it_writes_puts_nothing_in_place(
+    tmp_path):
+  """The fence before a checkpoint's files take their names."""
+  step = tf.Variable(0, dtype=tf.int64)
+  trainer = types.SimpleNamespace(
+      checkpoint=tf.train.Checkpoint(step=step, w=tf.Variable([1.0])),
+      global_step=step)
+  checks = []
+
+  def before_save():  # The lease: lost once step 2's save has begun.
+    checks.append(int(step.numpy()))
+    if checks.count(2) > 1:
+      raise lease.LeaseLost("another trainer took over")
+
+  manager = checkpointing.build_manager(
+      trainer, str(tmp_path), types.SimpleNamespace(checkpoint_interval=1),
+      evaluates_only=False, init_fn=None, max_to_keep=1,
+      before_save=before_save)
+  step.assign(1)
+  manager.save()
+  state = (tmp_path / "checkpoint").read_text()
+  step.assign(2)
+  with pytest.raises(lease.LeaseLost):
+    manager.save()
+  # ckpt-1 kept (no sweep), the state file untouched, no ckpt-2 in place.
+  assert (tmp_path / "checkpoint").read_text() == state
+  assert sorted(p.name for p in tmp_path.glob("ckpt-*")
+                if "_fenced" not in p.name) == [
+                    "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+  # What it wrote aside is deleted by the next holder's manager.
+  assert list(tmp_path.glob("ckpt-2_fenced*"))
+  checkpointing.build_manager(
+      trainer, str(tmp_path), types.SimpleNamespace(checkpoint_interval=1),
+      evaluates_only=False, init_fn=None, max_to_keep=1,
+      before_save=lambda: None)
+  assert not list(tmp_path.glob("*_fenced*"))
 
 
 def test_a_lease_naming_pid_0_is_no_lease(model_dir):

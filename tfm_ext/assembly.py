@@ -33,6 +33,7 @@ from tfm_ext import checkpointing
 from tfm_ext import console
 from tfm_ext import curves
 from tfm_ext import determinism
+from tfm_ext import eval_count
 from tfm_ext import failures
 from tfm_ext import lease
 from tfm_ext import preemption
@@ -150,6 +151,8 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
         checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
                              if evaluates else None),
         trainer_cls=plan.trainer_cls)
+  if evaluates:  # An evaluation that read nothing fails, never ranks 0.
+    eval_count.watch(trainer)
   # What Orbit runs of the trainer is the run's step or evaluate phase.
   for method, name in (("train", "step"), ("evaluate", "evaluate")):
     if hasattr(trainer, method):
@@ -171,7 +174,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
       init_fn=None if restored_elsewhere and not chief else trainer.initialize,
       max_to_keep=params.trainer.max_to_keep if chief else 1,
       enable_async=request.enable_async_checkpointing,
-      before_save=held.assert_held if held else lambda: None)
+      before_save=held.assert_held if held else None)
 
   step = strategies.host_readable(trainer.global_step, strategy)
   failures.set_run(global_step=lambda: int(step.numpy()))

@@ -8,18 +8,30 @@ trainer's checkpoint, `max_to_keep`, `checkpoint_interval`, the trainer's
 (`count_interval_from`), and an evaluator's restores expect to leave the
 optimizer's values unread (`PartialRestoreCheckpoint`).
 
-Every save is the run's `save` phase (`tfm_ext.failures`), and runs
-`before_save` first: a trainer that lost its lease raises there
-(`tfm_ext.lease`) and saves nothing.
+Every save is the run's `save` phase (`tfm_ext.failures`). A training
+chief's manager is fenced by its lease (`tfm_ext.lease`): `before_save`
+proves the lease before a save starts, before its files take their
+`ckpt-<step>` names (a synchronous save writes them under a name of its
+own first, `ckpt-<step>_fenced<token>`), before the state file is
+rewritten and before old checkpoints are deleted. A trainer stopped in
+the middle of a save, whose lease another took meanwhile, finishes writing
+its own files when it wakes, then raises, and never puts them under a name
+the new holder uses; the next start deletes such files.
 
 With `--enable_async_checkpointing` TFM hands Orbit's controller the option,
 and only the controller's saves are asynchronous; here every save of the
 manager is (`AsyncSavingManager`), so none races another.
 """
 
+import copy
+import os
+import secrets
 from typing import Callable, Optional
 
+from absl import logging
 import tensorflow as tf
+
+from tensorflow.python.checkpoint import checkpoint as checkpoint_lib  # pylint: disable=g-direct-tensorflow-import
 
 from tfm_ext import failures
 
@@ -27,13 +39,14 @@ from tfm_ext import failures
 def build_manager(trainer, directory: str, trainer_config, *,
                   evaluates_only: bool, init_fn: Optional[Callable[[], None]],
                   max_to_keep: int, enable_async: bool = False,
-                  before_save: Callable[[], None] = lambda: None
+                  before_save: Optional[Callable[[], None]] = None
                   ) -> Optional[tf.train.CheckpointManager]:
   """The manager of `trainer.checkpoint` in `directory`; None without one.
 
-  A `FencedManager` that runs `before_save` before each save; with
-  `enable_async` an `AsyncSavingManager`.
+  A `FencedManager`, an `AsyncSavingManager` with `enable_async`; fenced by
+  `before_save` when given (see the module docstring).
   """
+  fenced = before_save is not None
   checkpoint = trainer.checkpoint
   if checkpoint is None:
     return None
@@ -48,8 +61,55 @@ def build_manager(trainer, directory: str, trainer_config, *,
       step_counter=trainer.global_step,
       checkpoint_interval=trainer_config.checkpoint_interval,
       init_fn=init_fn)
-  manager.before_save = before_save
+  if fenced:
+    # pylint: disable=protected-access
+    manager.before_save = before_save
+    manager._checkpoint = _WrittenAside(manager._checkpoint, before_save)
+    clear_aside(directory)
   return manager
+
+
+# What a fenced save writes before its files take their names.
+_ASIDE = "_fenced"
+
+
+def clear_aside(directory: str) -> None:
+  """Deletes the files a fenced save in `directory` left under its own name.
+
+  Called by the lease's holder, the one process that saves there.
+  """
+  for path in tf.io.gfile.glob(os.path.join(directory, f"*{_ASIDE}*")):
+    logging.warning("Deleting %s, left by a save that did not finish.", path)
+    tf.io.gfile.remove(path)
+
+
+class _WrittenAside:
+  """A checkpoint whose synchronous writes go aside, then into place."""
+
+  def __init__(self, checkpoint: tf.train.Checkpoint,
+               before_save: Callable[[], None]):
+    self._checkpoint = checkpoint
+    self._before_save = before_save
+    self._token = secrets.token_hex(4)
+
+  def __getattr__(self, name):
+    return getattr(self._checkpoint, name)
+
+  def _write(self, file_prefix, options=None):
+    if options is not None and options.experimental_enable_async_checkpoint:
+      return self._checkpoint._write(file_prefix, options=options)  # pylint: disable=protected-access
+    # The manager records and sweeps in a write callback: once in place.
+    options = copy.copy(options or tf.train.CheckpointOptions())
+    callbacks = options.experimental_write_callbacks or []
+    options.experimental_write_callbacks = None
+    aside = f"{file_prefix}{_ASIDE}{self._token}"
+    self._checkpoint._write(aside, options=options)  # pylint: disable=protected-access
+    self._before_save()
+    for path in tf.io.gfile.glob(aside + ".*"):
+      tf.io.gfile.rename(path, file_prefix + path[len(aside):],
+                         overwrite=True)
+    checkpoint_lib._execute_callbacks(callbacks, file_prefix)  # pylint: disable=protected-access
+    return file_prefix
 
 
 def count_interval_from(manager: Optional[tf.train.CheckpointManager],
@@ -84,7 +144,7 @@ class PartialRestoreCheckpoint(tf.train.Checkpoint):
 
 
 class FencedManager(tf.train.CheckpointManager):
-  """A manager whose saves run `before_save` first, as phase `save`."""
+  """A manager whose saves are phase `save`, fenced by `before_save`."""
 
   before_save: Callable[[], None] = staticmethod(lambda: None)
 
@@ -94,6 +154,14 @@ class FencedManager(tf.train.CheckpointManager):
         self.before_save()
       return super().save(checkpoint_number=checkpoint_number,
                           check_interval=check_interval, options=options)
+
+  def _record_state(self):
+    self.before_save()
+    super()._record_state()
+
+  def _sweep(self):
+    self.before_save()
+    super()._sweep()
 
   def _should_save(self, check_interval: bool) -> bool:
     """Whether `save` will write: TF's own test, step against interval."""

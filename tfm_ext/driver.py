@@ -31,6 +31,7 @@ from tfm_ext import config_drift
 from tfm_ext import continuous_eval
 from tfm_ext import curves
 from tfm_ext import failures
+from tfm_ext import input_files
 from tfm_ext import model_dir_check
 from tfm_ext import modes
 from tfm_ext import params_file
@@ -84,6 +85,9 @@ def prepare(request: RunRequest) -> Plan:
                   strategy=strategy)
   config_checks.check_best_checkpoint_metric(params, trainer_cls,
                                              evaluates=mode.evaluates)
+  # Record framing of the local input files: a file cut short is exit 3
+  # naming it, before anything is written.
+  input_files.check(params, trains=mode.trains, evaluates=mode.evaluates)
   if mode.trains:
     config_drift.check(params, request.model_dir, request.allow_config_change)
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,

@@ -24,10 +24,8 @@ where its last record does. That finds every cut but one between records,
 whatever reads the files (TFM's `InputReader`, a task's own pipeline), since
 it goes by the config's `input_path`, not by the pipeline, and it fails the
 run before its first step, not an epoch in. It costs a read of one disk
-block per record, never the data: about 1,300 for a 140 MB ImageNet shard,
-milliseconds a shard from the page cache, a seek per record from a cold
-disk, with 16 files walked at once
-(benchmarks/RESULTS.md#input-framing-check). Checking each file's end
+block per record, never the data (about 1,300 for a 140 MB ImageNet
+shard), with 16 files walked at once: a seek per record from a cold disk. Checking each file's end
 inside the pipeline would read nothing more, but only in pipelines built
 with our dataset function, not in a TFM task's own.
 

@@ -195,7 +195,11 @@ class Lease:
     """Raises `LeaseLost` unless the lease in `model_dir` is still ours.
 
     Reads the lease back: called before every write the holder makes.
+    Once `release`d it checks nothing: what the process does after its run
+    (TFM's post-run evaluation) is no longer the trainer's.
     """
+    if self._stop.is_set():
+      return
     if self._lost is None:
       self._still_held()
     if self._lost is not None:

@@ -8,11 +8,17 @@ models live here, one `Registry` each (see `tfm_ext.trainers` and
 import difflib
 from typing import Callable, Dict, Generic, List, Optional, TypeVar
 
+from tfm_ext.errors import UsageError
+
 T = TypeVar("T")
 
 
-class RegistryError(LookupError):
-  """A lookup or registration that a user can fix by changing a name."""
+class RegistryError(UsageError, LookupError):
+  """A lookup or registration that a user can fix by changing a name.
+
+  A `UsageError`: where the lookup runs inside the build (a task's model
+  name), the run's boundary still reports it as one paragraph, exit 2.
+  """
 
 
 def unknown_name_message(kind: str, name: str, known: List[str],
