@@ -133,6 +133,8 @@ class Box:
   A job is `start`ed (a `subprocess.Popen` whose pid is the job's) or `run`
   to its end; the bucket is read through the emulator's JSON API (`list`,
   `read`), not through TensorFlow, so a test sees what the server holds.
+  Jobs see this machine's files as they were mounted when the box opened
+  (its mount namespace is a private copy): a later mount is not in it.
   """
 
   def __init__(self, state_dir, bucket=BUCKET):
