@@ -229,9 +229,14 @@ def test_bad_training_data_is_exit_3_naming_the_input(launch_forked, tmp_path,
       model_dir=model_dir)
   line = _clean(result, 3)
   assert path in line
-  assert "No checkpoint had been saved yet" in line or "train.tfrecord" in line
   assert "Graph execution error" not in line
-  assert TRACEBACK in _log_text(model_dir)
+  if bad in ("corrupt_bytes", "empty_file"):
+    # Found by the input files' check (tfm_ext/input_files.py): before
+    # anything is written.
+    assert not os.path.exists(model_dir)
+  else:  # Found by TensorFlow in the first step: the log has the traceback.
+    assert "No checkpoint had been saved yet" in line
+    assert TRACEBACK in _log_text(model_dir)
 
 
 def test_bad_validation_data_after_a_checkpoint_names_it_intact(
@@ -337,3 +342,29 @@ def test_a_bug_in_a_users_trainer_keeps_its_traceback(launch_forked,
   assert result.returncode == 1
   assert TRACEBACK in result.stderr and "no such metric" in result.stderr
   assert "A bug (not a problem with the input)" in _log_text(model_dir)
+
+
+def test_a_full_disk_before_the_start_is_exit_2_and_nothing_is_written(
+    launch_forked, tmpfs):
+  disk = tmpfs(size="2m")
+  with open(disk / "filler", "wb") as f:
+    try:
+      while True:
+        f.write(b"\0" * (1 << 16))
+        f.flush()
+    except OSError:
+      pass
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE}",
+                         model_dir=str(disk / "m"))
+  assert "bytes free" in _clean(result, 2)
+  assert sorted(os.listdir(disk)) == ["filler"]
+
+
+def test_a_value_keras_refuses_while_building_is_exit_2(launch_forked,
+                                                         tmp_path):
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE},task.model.filters=[32,-1]",
+                         model_dir=str(tmp_path / "m"))
+  line = _clean(result, 2)
+  assert "could not be built from the config" in line

@@ -119,7 +119,8 @@ def assemble(plan, watcher: preemption.SignalWatcher,
     with failures.phase("model_dir", plan.request.model_dir):
       held = lease.acquire(plan.request.model_dir)
   try:
-    return _build(plan, watcher, supplied, held)
+    with failures.phase("build", plan.request.model_dir):
+      return _build(plan, watcher, supplied, held)
   except BaseException:
     if held:
       held.release()

@@ -80,7 +80,10 @@ def clear_aside(directory: str) -> None:
   """
   for path in tf.io.gfile.glob(os.path.join(directory, f"*{_ASIDE}*")):
     logging.warning("Deleting %s, left by a save that did not finish.", path)
-    tf.io.gfile.remove(path)
+    if tf.io.gfile.isdir(path):  # TensorFlow's own `<prefix>_temp/`.
+      tf.io.gfile.rmtree(path)
+    else:
+      tf.io.gfile.remove(path)
 
 
 class _WrittenAside:

@@ -221,6 +221,14 @@ def classify(error: BaseException) -> Optional[Failure]:
   if name == "config" and isinstance(error, (OSError, tf.errors.OpError)):
     return Failure(EXIT_USAGE, f"{subject or 'A config file'} cannot be "
                                f"read: {tf_reason(error)}")
+  if name == "build" and isinstance(error, ValueError) and _raised_in_library(
+      error):
+    # Keras, TensorFlow or TFM refused a value the config gave them (a
+    # negative number of filters): a ValueError of the user's own code is
+    # still a bug.
+    return Failure(EXIT_USAGE, (
+        f"The task or model could not be built from the config: "
+        f"{tf_reason(error)}. Check the task's fields (task.model...)."))
   if name == "restore" and isinstance(error, (ValueError, AssertionError)):
     # TensorFlow's checkpoint reader says a shape or an object does not
     # match in Python: the checkpoint is the user's, not a bug.
@@ -239,6 +247,18 @@ def classify(error: BaseException) -> Optional[Failure]:
         _last_checkpoint(), "Fix or remove the bad input and relaunch to "
         "resume."))
   return None
+
+
+# Where the libraries that check the values a config passes them live.
+_LIBRARIES = re.compile(r"/(tf_keras|keras|tensorflow|official|orbit)/")
+
+
+def _raised_in_library(error: BaseException) -> bool:
+  """Whether `error` was raised in Keras, TensorFlow, TFM or Orbit."""
+  tb = error.__traceback__
+  while tb is not None and tb.tb_next is not None:
+    tb = tb.tb_next
+  return tb is not None and bool(_LIBRARIES.search(tb.tb_frame.f_code.co_filename))
 
 
 def _does_not_fit(subject: str, error: BaseException) -> Failure:

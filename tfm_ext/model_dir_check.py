@@ -32,6 +32,9 @@ GLOB_CHARACTERS = "*?["
 # TensorFlow's own retries of an unreachable host take longer.
 STORE_TIMEOUT_SECONDS = 30.0
 
+# Less free space than this on a local model_dir's disk cannot hold a
+# checkpoint of any model: refused before the first write.
+MIN_FREE_BYTES = 1 << 20
 # Stores whose first path element is a bucket that must exist.
 BUCKETS = ("gs", "s3")
 
@@ -73,13 +76,19 @@ def _check_local(model_dir: str, path: str) -> None:
         f"{what} {existing!r} is {kind}, not a directory. Give a directory "
         "(it is made if missing).")
   try:
-    read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+    stat = os.statvfs(existing)
   except OSError:
-    read_only = False
-  if read_only:
+    stat = None
+  if stat is not None and stat.f_flag & os.ST_RDONLY:
     raise UsageError(
         f"{what} {existing!r} is on a read-only file system. Give a "
         "directory where this job may write.")
+  free = stat.f_bavail * stat.f_frsize if stat is not None else None
+  if free is not None and free < MIN_FREE_BYTES:
+    raise UsageError(
+        f"{what} {existing!r} is on a file system with {free} bytes free: "
+        "too little for a checkpoint. Free space, or give a directory on "
+        "another disk.")
   if not os.access(existing, os.W_OK | os.X_OK):
     raise UsageError(
         f"{what} {existing!r} is not writable by this user (uid "
