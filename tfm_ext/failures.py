@@ -211,7 +211,8 @@ def classify(error: BaseException) -> Optional[Failure]:
           "permissions and free space (for a bucket: its name, the "
           "credentials at hand and the network), then relaunch."))
     return Failure(EXIT_STORAGE, _sentences(
-        f"Writing {where} failed while {_doing(name)}: {tf_reason(error)}.",
+        f"Storage failed while {_doing(name)} (in {where}): "
+        f"{tf_reason(error)}.",
         _last_checkpoint(), "Free space or restore the permission, then "
         "relaunch the same command to resume."))
   if name == "model_dir" and isinstance(error, (OSError, tf.errors.OpError)):
