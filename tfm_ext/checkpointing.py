@@ -16,7 +16,8 @@ own first, `ckpt-<step>_fenced<token>`), before the state file is
 rewritten and before old checkpoints are deleted. A trainer stopped in
 the middle of a save, whose lease another took meanwhile, finishes writing
 its own files when it wakes, then raises, and never puts them under a name
-the new holder uses; the next start deletes such files.
+the new holder uses: it deletes them (the next start deletes those of a
+save that was killed).
 
 With `--enable_async_checkpointing` TFM hands Orbit's controller the option,
 and only the controller's saves are asynchronous; here every save of the
@@ -78,12 +79,19 @@ def clear_aside(directory: str) -> None:
 
   Called by the lease's holder, the one process that saves there.
   """
-  for path in tf.io.gfile.glob(os.path.join(directory, f"*{_ASIDE}*")):
-    logging.warning("Deleting %s, left by a save that did not finish.", path)
-    if tf.io.gfile.isdir(path):  # TensorFlow's own `<prefix>_temp/`.
+  for path in _delete(os.path.join(directory, f"*{_ASIDE}*")):
+    logging.warning("Deleted %s, left by a save that did not finish.", path)
+
+
+def _delete(pattern: str):
+  """Deletes what matches `pattern` (TF's `<prefix>_temp/` folders too)."""
+  paths = tf.io.gfile.glob(pattern)
+  for path in paths:
+    if tf.io.gfile.isdir(path):
       tf.io.gfile.rmtree(path)
     else:
       tf.io.gfile.remove(path)
+  return paths
 
 
 class _WrittenAside:
@@ -107,7 +115,11 @@ class _WrittenAside:
     options.experimental_write_callbacks = None
     aside = f"{file_prefix}{_ASIDE}{self._token}"
     self._checkpoint._write(aside, options=options)  # pylint: disable=protected-access
-    self._before_save()
+    try:
+      self._before_save()
+    except BaseException:
+      _delete(aside + "*")  # The lease was lost as they were written.
+      raise
     for path in tf.io.gfile.glob(aside + ".*"):
       tf.io.gfile.rename(path, file_prefix + path[len(aside):],
                          overwrite=True)
