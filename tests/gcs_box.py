@@ -63,6 +63,12 @@ For a person, one command in the box (as root; the bucket is
 
 `python tests/gcs_box.py --bucket=NAME -- COMMAND...` names the bucket;
 `-- env GCS_STAT_CACHE_MAX_AGE=0 python ...` sets a `GCS_*` variable.
+
+For the faults a user meets (tests/test_gcs.py): the proxy refuses as GCS
+does a request without `TOKEN` (401: no or unknown credentials) or with
+`NO_PERMISSION_TOKEN` (403: a caller without rights on the bucket), and
+`without_server` runs a job where the Google names have no server (the
+connection refused, or accepted and never answered).
 """
 
 import argparse
@@ -91,6 +97,8 @@ GOOGLE_NAMES = ("www.googleapis.com", "storage.googleapis.com",
                 "oauth2.googleapis.com", "accounts.google.com",
                 "metadata.google.internal", "metadata")
 TOKEN = "tfm-ext-test-token"
+# A token the proxy knows but lets see nothing: a caller without IAM rights.
+NO_PERMISSION_TOKEN = "tfm-ext-test-no-permission"
 EMULATOR_PORT = 4443  # Plain HTTP, inside the namespace only.
 _EMULATOR = f"127.0.0.1:{EMULATOR_PORT}"
 # Removed from a job's environment: TensorFlow's own defaults, no proxy.
@@ -188,13 +196,17 @@ class Box:
     return f"gs://{self.bucket}/{path}"
 
   def environ(self, env=None):
-    """A job's environment: this one's, less `GCS_*` and proxies, + `env`."""
+    """A job's environment: this one's, less `GCS_*` and proxies, + `env`.
+
+    A variable `env` gives as None is removed (`GOOGLE_AUTH_TOKEN_FOR_TESTING`
+    for a job without credentials).
+    """
     full = {k: v for k, v in os.environ.items()
             if not k.startswith("GCS_") and k.lower() not in _DROPPED}
     full.update(GOOGLE_AUTH_TOKEN_FOR_TESTING=TOKEN, NO_GCE_CHECK="true",
                 CURL_CA_BUNDLE=self.ca_file)
     full.update(env or {})
-    return full
+    return {k: v for k, v in full.items() if v is not None}
 
   def command(self, argv, cwd=None):
     """`argv` in the box: nsenter, then `--guard`, then `exec argv`."""
@@ -238,6 +250,21 @@ class Box:
   def _log_tail(self):
     with open(self.log) as f:
       return f.read()[-3000:]
+
+
+def without_server(argv, answer="refused", connections=None):
+  """`argv`, for `Box.run`/`start`, where the Google names have no server.
+
+  It runs in a network namespace of its own inside the box's (made there
+  with `unshare --net`: loopback alone, the box's `/etc/hosts`, checked
+  again), where nothing is on port 443: a connection is `"refused"`, or,
+  with `"silent"`, accepted and never answered (a server that hangs).
+  Each connection the job tries adds a line to the file `connections`.
+  """
+  if answer not in ("refused", "silent"):
+    raise ValueError(f"answer {answer!r}: 'refused' or 'silent'")
+  return ["unshare", "--net", "--", sys.executable, os.path.abspath(__file__),
+          "--no-server", answer, connections or "-", "--", *argv]
 
 
 @pytest.fixture(scope="session")
@@ -299,8 +326,49 @@ def _guard(argv):
   os.execvp(argv[0], argv)
 
 
+def _no_server(answer, connections, argv):
+  """`without_server`, in its new namespace: loopback up, then `argv`."""
+  subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+  _check_namespace()
+  listener = (socket.create_server(("127.0.0.1", 443), backlog=64)
+              if answer == "silent" else None)
+  if connections != "-" and os.fork() == 0:  # The counter; dies with the job.
+    _die_with_parent()
+    _count_connections(listener, connections)
+  if listener:
+    listener.close()
+  os.execvp(argv[0], argv)
+
+
+def _count_connections(listener, path):
+  """Appends a line to `path` per connection the job makes, never returns.
+
+  A silent server's are accepted (and held, unanswered); a refused one's
+  are the namespace's TCP connection attempts (`ActiveOpens`).
+  """
+  def attempts():
+    with open("/proc/self/net/snmp") as f:
+      tcp = [line.split() for line in f if line.startswith("Tcp:")]
+    return int(tcp[1][tcp[0].index("ActiveOpens")])
+
+  held, seen = [], attempts()
+  while True:
+    if listener:
+      held.append(listener.accept()[0])
+      new = 1
+    else:
+      time.sleep(0.05)
+      now = attempts()
+      new, seen = now - seen, now
+    with open(path, "a") as f:
+      f.write(f"{time.time():.3f}\n" * new)
+
+
 def _die_with_parent():
-  """For the emulator: SIGKILL when the holder dies, however it dies."""
+  """For a helper: SIGKILL when its parent dies, however it dies.
+
+  The emulator's parent is the holder; a connection counter's, the job.
+  """
   ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -380,11 +448,45 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
       pass
     return b"".join(chunks)
 
+  def _refusal(self):
+    """GCS's answer to a caller it does not let in, or None to forward.
+
+    fake-gcs-server lets anyone in; GCS does not: no token is 401
+    (anonymous), an unknown one 401 (invalid), a caller without rights 403.
+    """
+    token = self.headers.get("Authorization", "").partition("Bearer ")[2]
+    if token == TOKEN:
+      return None
+    if token == NO_PERMISSION_TOKEN:
+      return 403, ("tfm-ext-test@example.iam.gserviceaccount.com does not "
+                   "have storage.buckets.get access to the Google Cloud "
+                   "Storage bucket. Permission 'storage.buckets.get' denied "
+                   "on resource (or it may not exist).")
+    if not token:
+      return 401, ("Anonymous caller does not have storage.buckets.get "
+                   "access to the Google Cloud Storage bucket.")
+    return 401, "Invalid Credentials"
+
+  def _refuse(self, status, message):
+    body = json.dumps({"error": {"code": status, "message": message,
+                                 "errors": [{"message": message}]}}).encode()
+    self.log_request(status)
+    self.send_response_only(status)
+    self.send_header("Content-Type", "application/json; charset=UTF-8")
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    if self.command != "HEAD":
+      self.wfile.write(body)
+
   def _forward(self):
     try:
       body = self._body()
     except ValueError as e:
       self.send_error(501, f"gcs_box proxy: {e}")
+      return
+    refusal = self._refusal()
+    if refusal:
+      self._refuse(*refusal)
       return
     headers = {k: v for k, v in self.headers.items()
                if k.lower() not in _HOP_BY_HOP}
@@ -500,6 +602,8 @@ def _main():
     return 0
   if sys.argv[1:3] == ["--guard", "--"]:  # Box.command, after nsenter.
     _guard(sys.argv[3:])
+  if sys.argv[1:2] == ["--no-server"] and sys.argv[4:5] == ["--"]:
+    _no_server(sys.argv[2], sys.argv[3], sys.argv[5:])  # without_server.
   parser = argparse.ArgumentParser(
       description="Runs COMMAND with gs://BUCKET on a local fake-gcs-server, "
       "in a network namespace where the Google API names are 127.0.0.1.",

@@ -11,6 +11,7 @@ the console once.
 import functools
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -209,9 +210,10 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
   `--logtostderr` bring it back to the console, `--stderrthreshold` tunes it.
 
   absl writes local files only: for a `model_dir` in a bucket (`gs://`...)
-  the log goes to a local temp dir, and the function returned copies it
-  into `model_dir/logs/`. Call that when the job ends, however it ends (a
-  no-op where the log is already in place).
+  the log goes to a local temp dir (`tfm_ext_logs_*` in `$TMPDIR`), and the
+  function returned copies it into `model_dir/logs/` and deletes the temp
+  dir. Call that when the job ends, however it ends (a no-op where the log
+  is already in place); what is logged after it is not kept.
   """
   flags = absl_flags.FLAGS
   if flags.logtostderr or flags.alsologtostderr:
@@ -233,15 +235,17 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
     flags.stderrthreshold = "warning"
   if bucket_dir is None:
     return lambda: None
-  return functools.partial(_copy_log, logging.get_log_file_name(), bucket_dir)
+  return functools.partial(_copy_log, logging.get_log_file_name(), bucket_dir,
+                           temp_dir=log_dir)
 
 
-def _copy_log(path: str, log_dir: str) -> None:
-  """Copies the log file `path` into `log_dir`; warns if it cannot.
+def _copy_log(path: str, log_dir: str, temp_dir: Optional[str] = None) -> None:
+  """Copies the log file `path` into `log_dir`, then deletes `temp_dir`.
 
   absl names a log by program, host, user, second and pid: two runs of one
   process within a second share a name. The later copy takes the first of
   `name.1`, `name.2`... that is free rather than overwrite the earlier one.
+  A copy that fails keeps `temp_dir`, and the warning says where the log is.
   """
   logging.flush()
   target = os.path.join(log_dir, os.path.basename(path))
@@ -254,5 +258,9 @@ def _copy_log(path: str, log_dir: str) -> None:
     tf.io.gfile.copy(path, target)
   except tf.errors.OpError as e:
     # The job's own exit code matters more than its log: warn, go on.
-    logging.warning("Could not copy the log %s to %s: %s", path, target,
-                    str(e).splitlines()[0])
+    logging.warning("Could not copy the log to %s: %s. It is kept at %s.",
+                    target, str(e).splitlines()[0], path)
+    return
+  if temp_dir:
+    # absl keeps the file open: later records go to the deleted file.
+    shutil.rmtree(temp_dir, ignore_errors=True)

@@ -10,15 +10,18 @@ log), so before the first byte goes anywhere `check` makes sure it can:
 * on a local disk: it is a directory, or can be made one (its nearest
   existing ancestor is a directory), on a file system mounted writable,
   that this user may write to;
-* elsewhere (`gs://`, `s3://`...): the store answers a stat of it within
-  `STORE_TIMEOUT_SECONDS` (with the credentials at hand); a store that
-  refuses, or does not answer, is refused with what to check.
+* elsewhere (`gs://`, `s3://`...): the store answers a stat of its bucket
+  and of it within `STORE_TIMEOUT_SECONDS` (with the credentials at hand);
+  a missing bucket, credentials refused (401), no permission (403), a
+  store that cannot be reached or does not answer: each is refused with
+  what to check (tests/test_gcs.py makes each one happen).
 
 Each problem is a `UsageError` of one paragraph (exit 2). A path that
 passed is not checked again in this process.
 """
 
 import os
+import re
 import threading
 from typing import Optional
 
@@ -29,8 +32,10 @@ from tfm_ext.errors import UsageError
 
 GLOB_CHARACTERS = "*?["
 # A stat of a bucket takes well under a second where the store answers;
-# TensorFlow's own retries of an unreachable host take longer.
-STORE_TIMEOUT_SECONDS = 30.0
+# TensorFlow's own retries of an unreachable host take minutes (10 tries,
+# 1 s to 32 s apart). 20 s lets TensorFlow retry a passing fault 4 times,
+# and leaves a user's 60 s budget room for the launcher's own start.
+STORE_TIMEOUT_SECONDS = 20.0
 
 # Less free space than this on a local model_dir's disk cannot hold a
 # checkpoint of any model: refused before the first write.
@@ -97,18 +102,22 @@ def _check_local(model_dir: str, path: str) -> None:
 
 
 def _check_store(model_dir: str, timeout: float) -> None:
-  """Stats `model_dir` in a thread; refuses an error or no answer in time."""
-  result = {}
+  """Stats `model_dir` in a thread; refuses an error or no answer in time.
 
+  The bucket first, with `stat`: TensorFlow's `isdir` and `exists` answer
+  False for any error (a 401 reads as a missing bucket), and its `makedirs`
+  in a missing bucket asks again without end. A thread that did not answer
+  in time is a daemon, left blocked in TensorFlow's client: the job exits
+  at once with its error, so it makes no request after that.
+  """
+  result = {}
   scheme, _, rest = model_dir.partition("://")
   bucket = f"{scheme}://{rest.split('/')[0]}" if scheme in BUCKETS else ""
 
   def stat():
     try:
-      # TensorFlow's makedirs in a missing bucket retries without end.
-      result["bucket"] = not bucket or tf.io.gfile.isdir(bucket)
-      if not result["bucket"]:
-        return
+      if bucket:
+        tf.io.gfile.stat(bucket)
       result["exists"] = tf.io.gfile.exists(model_dir)
       if result["exists"]:
         result["isdir"] = tf.io.gfile.isdir(model_dir)
@@ -119,22 +128,44 @@ def _check_store(model_dir: str, timeout: float) -> None:
                             name="tfm_ext_model_dir_check")
   thread.start()
   thread.join(timeout)
-  advice = ("Check the bucket's name, the credentials at hand "
-            "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth) and the network.")
+  where = f"--model_dir={model_dir!r}"
   if thread.is_alive():
     raise UsageError(
-        f"--model_dir={model_dir!r} did not answer within {timeout:.0f}s. "
-        + advice)
+        f"{where}: {bucket or 'the store'} could not be reached within "
+        f"{timeout:.0f}s (no connection, or no answer: TensorFlow retries "
+        "for minutes). Check the network: that this host reaches the "
+        "store (www.googleapis.com for gs://), through a proxy if it needs "
+        "one (HTTPS_PROXY), and that a firewall lets it through.")
   error: Optional[BaseException] = result.get("error")
   if error is not None:
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else (
-        type(error).__name__)
-    raise UsageError(f"--model_dir={model_dir!r} cannot be used: {reason}. "
-                     + advice)
-  if not result.get("bucket"):
-    raise UsageError(f"--model_dir={model_dir!r}: the bucket {bucket} does "
-                     "not exist, or these credentials may not see it. "
-                     + advice)
+    raise UsageError(f"{where}: " + _store_refusal(error, bucket))
   if result.get("exists") and not result.get("isdir"):
-    raise UsageError(f"--model_dir={model_dir!r} is an object, not a "
-                     "directory. Give a directory.")
+    raise UsageError(f"{where} is an object, not a directory. Give a "
+                     "directory.")
+
+
+def _store_refusal(error: BaseException, bucket: str) -> str:
+  """What the store's `error` means for a user, and what to check."""
+  text = str(error).strip()
+  http = re.search(r"HTTP response code (\d+)", text)
+  # GCS's own words, from the JSON body TensorFlow quotes.
+  said = re.search(r'"message": "((?:[^"\\]|\\.)*)"', text)
+  reason = (said.group(1) if said else (
+      text.splitlines()[0] if text else type(error).__name__)).rstrip(".")
+  code = int(http.group(1)) if http else None
+  if isinstance(error, tf.errors.NotFoundError) and bucket:
+    return (f"the bucket {bucket} does not exist. Check the bucket's name "
+            "(gsutil ls, or the cloud console), or create it.")
+  if code == 401 or isinstance(error, tf.errors.UnauthenticatedError):
+    return (f"{bucket or 'the store'} refused these credentials ({reason}). "
+            "Check the credentials at hand: the key file "
+            "GOOGLE_APPLICATION_CREDENTIALS names, `gcloud auth "
+            "application-default login`, or the VM's service account.")
+  if code == 403 or isinstance(error, tf.errors.PermissionDeniedError):
+    return (f"these credentials have no permission on {bucket or 'it'} "
+            f"({reason}). Check the bucket's name, and that the account "
+            "has a role to read and write objects in it (e.g. Storage "
+            "Object Admin).")
+  return (f"{bucket or 'the store'} cannot be used: {reason}. Check the "
+          "bucket's name, the credentials at hand "
+          "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth) and the network.")
