@@ -310,3 +310,52 @@ def test_a_store_that_cannot_be_reached_is_refused_in_bounded_time(
   # Backed off (at 0, 1, 3, 7, 15 s) or waiting on its one connection: a
   # handful, then none, since the process is gone.
   assert 1 <= tries <= 6, tries
+
+
+# -- A record another process rewrote, read through TF's stale caches -------
+
+
+_STALE_READ = """
+import json, subprocess, sys
+import tensorflow as tf
+from tfm_ext import _files
+path = sys.argv[1]
+# Another process, TensorFlow loaded before the test starts: what it writes
+# this one's cache does not see.
+writer = subprocess.Popen([sys.executable, "-c", (
+    "import sys, tensorflow as tf\\n"
+    "print('ready', flush=True)\\n"
+    "for line in sys.stdin:\\n"
+    "  tf.io.gfile.GFile(sys.argv[1], 'w').write(line.strip())\\n"
+    "  print('written', flush=True)\\n"), path],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert writer.stdout.readline() == "ready\\n"
+def rewrite(value):
+  writer.stdin.write(json.dumps(value) + "\\n")
+  writer.stdin.flush()
+  assert writer.stdout.readline() == "written\\n"
+rewrite({"token": "x" * 200})
+assert _files.read_json(path)["token"] == "x" * 200  # Cached: its length.
+rewrite({"token": "short"})
+try:
+  tf.io.gfile.GFile(path, "rb").read()
+  print("plain read: no error")
+except tf.errors.InternalError as e:
+  print("plain read:", str(e).splitlines()[0])
+print("read_json:", json.dumps(_files.read_json(path)))
+rewrite({"token": "y" * 400})
+print("read_object:", json.dumps(_files.read_object(path, {"token": str})))
+writer.stdin.close()
+writer.wait()
+"""
+
+
+def test_a_record_rewritten_by_another_process_is_read_whole(gcs_box):
+  """TF's stat cache at its default: a re-read, never a crash or a cut."""
+  path = gcs_box.bucket_url(f"stale-{uuid.uuid4().hex[:8]}/lease.json")
+  proc = gcs_box.run([sys.executable, "-c", _STALE_READ, path])
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  # What TensorFlow's client does without the re-read, then ours.
+  assert "plain read: File contents are inconsistent" in proc.stdout, proc
+  assert 'read_json: {"token": "short"}' in proc.stdout
+  assert 'read_object: {"token": "' + "y" * 400 + '"}' in proc.stdout

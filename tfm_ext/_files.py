@@ -27,6 +27,7 @@ the lease raises there and writes nothing.
 import json
 import os
 import threading
+import time
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
@@ -102,13 +103,56 @@ def write_json(path: str, value: Any) -> None:
   write_text(path, json.dumps(value, indent=2) + "\n")
 
 
+# TensorFlow's GCS client caches an object's length for
+# GCS_STAT_CACHE_MAX_AGE seconds (5 by default): another process's rewrite
+# then reads as "File contents are inconsistent" (shorter) or cut short at
+# the old length (longer). A record that reads so is read again, once the
+# cache has aged, before it is taken for damaged.
+STALE_READ_SECONDS = float(os.environ.get("GCS_STAT_CACHE_MAX_AGE", "5")) + 1
+
+
+def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
+               ) -> bytes:
+  """The bytes at `path`, read again while a store's cache may be stale.
+
+  On an object store, a read that raises TensorFlow's `InternalError`, or
+  whose bytes `whole` rejects, is retried until `STALE_READ_SECONDS` have
+  passed; the last read is returned (or raises). A local path is read once.
+  """
+  deadline = None
+  while True:
+    try:
+      with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+      if whole(data) or local_path(path) is not None:
+        return data
+    except tf.errors.InternalError:
+      if local_path(path) is not None:
+        raise
+      data = None
+    deadline = deadline or time.monotonic() + STALE_READ_SECONDS
+    if time.monotonic() > deadline:
+      if data is None:
+        with tf.io.gfile.GFile(path, "rb") as f:  # Raises what it raises.
+          return f.read()
+      return data
+    time.sleep(0.5)
+
+
 def read_text(path: str) -> str:
-  with tf.io.gfile.GFile(path) as f:
-    return f.read()
+  return read_bytes(path).decode("utf-8")
 
 
 def read_json(path: str) -> Any:
-  return json.loads(read_text(path))
+  return json.loads(read_bytes(path, _parses).decode("utf-8"))
+
+
+def _parses(data: bytes) -> bool:
+  try:
+    json.loads(data.decode("utf-8"))
+    return True
+  except ValueError:
+    return False
 
 
 class Damaged(ValueError):
@@ -127,8 +171,7 @@ def read_object(path: str, required: Required = ()) -> Dict[str, Any]:
     Damaged: it is not UTF-8 JSON text, not an object, or lacks a required
       value (a missing file raises `tf.errors.NotFoundError`).
   """
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
+  data = read_bytes(path, lambda data: _decode(data, required)[0] is not None)
   value, problem = _decode(data, required)
   if value is None:
     raise Damaged(f"{path} is damaged: {problem}")
