@@ -40,7 +40,6 @@ whole (skipped with a warning).
 
 import os
 import time
-import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import logging
@@ -51,6 +50,7 @@ from tfm_ext import _files
 from tfm_ext import checkpoint_state
 from tfm_ext import console
 from tfm_ext import eval_claims
+from tfm_ext import failures
 from tfm_ext import eval_count
 from tfm_ext.errors import UsageError
 
@@ -252,7 +252,7 @@ def _restore(controller: orbit.Controller, path: str) -> Optional[str]:
       controller.checkpoint_manager.checkpoint.restore(path).expect_partial()
     return None
   except (tf.errors.OpError, IndexError) as e:  # IndexError: cut short.
-    _forget_failed_restore(e)
+    failures.forget_failed_restore(e)
     cause = checkpoint_state.first_line(e)
     if not tf.io.gfile.exists(path + ".index"):
       logging.warning("Checkpoint %s vanished before it was evaluated "
@@ -261,22 +261,6 @@ def _restore(controller: orbit.Controller, path: str) -> Optional[str]:
     logging.warning("Checkpoint %s cannot be read (%s); recorded as "
                     "unreadable and skipped.", path, cause)
     return "unreadable"
-
-
-def _forget_failed_restore(error: BaseException) -> None:
-  """Marks the restore that `error` cut short as partial on purpose.
-
-  TensorFlow keeps a failed restore's record until the model goes, then
-  logs a warning for each value it did not restore (about 20 for
-  digits_convnet); at interpreter exit, with the log file closed, each is a
-  "--- Logging error ---" traceback. Its `expect_partial` silences them;
-  the restore that raised never returned the status that sets it, so it
-  is found in the frames the error passed through.
-  """
-  for frame, _ in traceback.walk_tb(error.__traceback__):
-    for value in frame.f_locals.values():
-      if type(value).__name__ == "_CheckpointRestoreCoordinator":
-        value.expect_partial = True
 
 
 def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,
