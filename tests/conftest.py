@@ -18,6 +18,9 @@ import types
 
 import pytest
 
+# The session's GCS box (tests/gcs_box.py), for every test that takes it.
+from gcs_box import gcs_box  # pylint: disable=unused-import
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "launchers", "train.py")
 DOWNSTREAM_TRAIN = os.path.join(REPO, "tests", "downstream", "train.py")

@@ -29,7 +29,6 @@ from conftest import REPO
 from conftest import SMOKE
 from conftest import TRAIN
 import gcs_box as gcs_box_lib
-from gcs_box import gcs_box  # pylint: disable=unused-import  # The fixture.
 from tfm_ext import console
 
 # pylint: disable=redefined-outer-name
