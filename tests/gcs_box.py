@@ -64,6 +64,36 @@ For a person, one command in the box (as root; the bucket is
 `python tests/gcs_box.py --bucket=NAME -- COMMAND...` names the bucket;
 `-- env GCS_STAT_CACHE_MAX_AGE=0 python ...` sets a `GCS_*` variable.
 
+Hosts of their own (`Box.host`, for tests/test_hosts.py): a host is a
+process started as `unshare --net --uts --mount` that holds three
+namespaces for the jobs `nsenter`ed into it:
+
+* its network: a veth pair, `eth0` in the host with its own address
+  (10.77.0.11, .12, ... in the order hosts are made) and the other end in
+  a bridge, `br0` (10.77.0.1), in a namespace of the box's own, the LAN.
+  The LAN is connected to nothing else: the holder's namespace keeps `lo`
+  alone (its jobs see the box as before), so the proxy's second listening
+  socket is made in the LAN's namespace (`setns` in a thread of the
+  holder) and serves 10.77.0.1:443 there, forwarding to the emulator on
+  the holder's loopback. A host's only IPv4 routes are the LAN's; it has
+  no default route, so nothing beyond the LAN's addresses is reachable;
+* its name (`hostname` is the host's name; `socket.gethostname()`, and so
+  the trainer lease, sees one host per name);
+* its files: a tmpfs on `/tmp` (its own, empty), `/etc/hosts` mapping the
+  Google names to 10.77.0.1 and every host's name to its address, and the
+  box's CA in place of the system's bundle
+  (`/etc/ssl/certs/ca-certificates.crt`, which `CURL_CA_BUNDLE` names):
+  the server's certificate verifies as before, by the Google names, and
+  no other certificate does.
+
+A host checks all that (and an HTTPS request to the bucket through
+10.77.0.1, whose certificate must verify) before it says it is ready, and
+each of its jobs passes through `--guard-host`, which checks it again
+(name, mapping, interfaces, routes, `/tmp`) before it `exec`s the job.
+The pid namespace is the machine's: a test signals a host's job by its
+pid, and the trainer lease's pid check, which applies within one host
+name only, is not what tells the hosts apart; their names are.
+
 For the faults a user meets (tests/test_gcs.py): the proxy refuses as GCS
 does a request without `TOKEN` (401: no or unknown credentials) or with
 `NO_PERMISSION_TOKEN` (403: a caller without rights on the bucket), and
@@ -78,6 +108,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -103,6 +134,13 @@ EMULATOR_PORT = 4443  # Plain HTTP, inside the namespace only.
 _EMULATOR = f"127.0.0.1:{EMULATOR_PORT}"
 # Removed from a job's environment: TensorFlow's own defaults, no proxy.
 _DROPPED = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+# The hosts' LAN (`Box.host`): the server's address on it, then the hosts'.
+LAN = "10.77.0.0/24"
+SERVER_IP = "10.77.0.1"
+_FIRST_HOST = 11  # host N's address is 10.77.0.(10 + N), in creation order.
+# In a host, the box's CA replaces the system's bundle.
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+_CLONE_NEWNET = 0x40000000
 
 
 class Unavailable(Exception):
@@ -135,7 +173,22 @@ def _emulator_binary():
   return str(_server._get_binary_path())  # pylint: disable=protected-access
 
 
-class Box:
+class _Jobs:
+  """Starting jobs: `command(argv, cwd)` and `environ(env)` say where, how."""
+
+  def start(self, argv, env=None, cwd=None, **popen_kwargs):
+    """Starts `argv` in the box; a `subprocess.Popen` of the job itself."""
+    return subprocess.Popen(self.command(argv, cwd), env=self.environ(env),
+                            **popen_kwargs)
+
+  def run(self, argv, env=None, cwd=None, timeout=None):
+    """Runs `argv` in the box to its end; its output captured as text."""
+    return subprocess.run(self.command(argv, cwd), env=self.environ(env),
+                          capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+class Box(_Jobs):
   """The bucket and the namespace its jobs run in; `open` it, then use it.
 
   A job is `start`ed (a `subprocess.Popen` whose pid is the job's) or `run`
@@ -152,6 +205,8 @@ class Box:
     self.log = os.path.join(self.state_dir, "box.log")
     self._holder = None
     self._lock = threading.Lock()
+    self._hosts = {}
+    self._hosts_lock = threading.Lock()
 
   def open(self):
     """Starts the holder; returns once the bucket answers, or raises."""
@@ -210,24 +265,32 @@ class Box:
 
   def command(self, argv, cwd=None):
     """`argv` in the box: nsenter, then `--guard`, then `exec argv`."""
-    if self._holder is None or self._holder.poll() is not None:
-      raise RuntimeError(f"the GCS box is not running: {self._log_tail()}")
+    self._check_running()
     # The holder is this process's unreaped child, so its pid names it.
     return ["nsenter", f"--target={self._holder.pid}", "--net", "--mount",
             f"--wd={os.path.abspath(cwd or os.getcwd())}", "--",
             sys.executable, os.path.abspath(__file__), "--guard", "--",
             *argv]
 
-  def start(self, argv, env=None, cwd=None, **popen_kwargs):
-    """Starts `argv` in the box; a `subprocess.Popen` of the job itself."""
-    return subprocess.Popen(self.command(argv, cwd), env=self.environ(env),
-                            **popen_kwargs)
+  def host(self, name):
+    """The host `name` of the box's LAN, made on first use; see the module.
 
-  def run(self, argv, env=None, cwd=None, timeout=None):
-    """Runs `argv` in the box to its end; its output captured as text."""
-    return subprocess.run(self.command(argv, cwd), env=self.environ(env),
-                          capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    Names are a host's name and its interface's: 1-12 lowercase letters,
+    digits or `-`. The first host made is 10.77.0.11, the next .12, ...
+    """
+    with self._hosts_lock:
+      if name not in self._hosts:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,11}", name):
+          raise ValueError(f"host name {name!r}: 1-12 of [a-z0-9-], "
+                           "a letter first")
+        ip = f"10.77.0.{_FIRST_HOST + len(self._hosts)}"
+        made = self._ask(op="host", name=name, ip=ip)
+        self._hosts[name] = Host(self, name, ip, made["pid"])
+      return self._hosts[name]
+
+  def _check_running(self):
+    if self._holder is None or self._holder.poll() is not None:
+      raise RuntimeError(f"the GCS box is not running: {self._log_tail()}")
 
   def list(self, prefix=""):
     """The names of the bucket's objects under `prefix`, sorted."""
@@ -250,6 +313,36 @@ class Box:
   def _log_tail(self):
     with open(self.log) as f:
       return f.read()[-3000:]
+
+
+class Host(_Jobs):
+  """A host of the box's LAN (`Box.host`): its `name`, `ip`, and its jobs.
+
+  A job runs in the host's namespaces (network, host name, mount) with the
+  box's environment (`Box.environ`), `CURL_CA_BUNDLE` the host's bundle
+  (the box's CA) and `TMPDIR` its own `/tmp`, in `cwd` (default `/tmp`) as
+  the host sees it: the machine's files, but not what it has under `/tmp`.
+  """
+
+  def __init__(self, box, name, ip, pid):
+    self.box, self.name, self.ip = box, name, ip
+    self._pid = pid  # The host's holder, the box holder's child.
+
+  def environ(self, env=None):
+    """`Box.environ`, with the host's CA bundle and TMPDIR, then `env`."""
+    return self.box.environ({"CURL_CA_BUNDLE": HOST_CA_BUNDLE,
+                             "TMPDIR": "/tmp", **(env or {})})
+
+  def command(self, argv, cwd=None):
+    """`argv` on the host: nsenter, `--guard-host`, then `exec argv`."""
+    self.box._check_running()  # pylint: disable=protected-access
+    return ["nsenter", f"--target={self._pid}", "--net", "--uts", "--mount",
+            f"--wd={cwd or '/tmp'}", "--", sys.executable,
+            os.path.abspath(__file__), "--guard-host", self.name, self.ip,
+            "--", *argv]
+
+  def __repr__(self):
+    return f"Host({self.name!r}, {self.ip})"
 
 
 def without_server(argv, answer="refused", connections=None):
@@ -324,6 +417,212 @@ def _guard(argv):
   """Checks the namespace, then becomes `argv` (same pid, same signals)."""
   _check_namespace()
   os.execvp(argv[0], argv)
+
+
+def _getent(name):
+  found = subprocess.run(["getent", "hosts", name], capture_output=True,
+                         text=True, check=False).stdout.split()
+  return found[0] if found else "nothing"
+
+
+def _check_host(name, ip):
+  """Raises unless this is host `name` at `ip`, as `Box.host` made it.
+
+  Its name; the Google names at the server's LAN address and every host's
+  name at its own (the LAN's hosts file); `lo` and `eth0` alone, IPv4
+  routes to the LAN alone and no default route (nothing else reachable);
+  `/tmp` the host's own tmpfs.
+  """
+  def refuse(what):
+    raise SystemExit(f"gcs_box: refusing to run on host {name}: {what}")
+
+  if socket.gethostname() != name:
+    refuse(f"the host name is {socket.gethostname()!r}")
+  for google in GOOGLE_NAMES:
+    if _getent(google) != SERVER_IP:
+      refuse(f"`getent hosts {google}` is {_getent(google)}, not {SERVER_IP}")
+  if _getent(name) != ip:
+    refuse(f"`getent hosts {name}` is {_getent(name)}, not {ip}")
+  interfaces = [n for _, n in socket.if_nameindex()]
+  if interfaces != ["lo", "eth0"]:
+    refuse(f"interfaces {interfaces}, not `lo` and `eth0`")
+  routes = [subprocess.run(["ip", family, "-o", "route", "show"],
+                           capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+            for family in ("-4", "-6")]
+  if [r.split()[0] for r in routes[0]] != [LAN] or any(
+      r.split()[0] == "default" for r in routes[1]):
+    refuse(f"routes {routes}: not the LAN's ({LAN}) alone")
+  with open("/proc/self/mountinfo") as f:
+    tmp = [line.split(" - ")[1].split()[:2] for line in f
+           if line.split()[4] == "/tmp"]
+  if tmp[-1:] != [["tmpfs", f"tmpfs-{name}"]]:
+    refuse(f"/tmp is {tmp[-1:] or 'not a mount'}, not its own tmpfs")
+
+
+def _guard_host(name, ip, argv):
+  """`_guard`, on a host: checks it, then becomes `argv`."""
+  _check_host(name, ip)
+  os.execvp(argv[0], argv)
+
+
+def _listen_in(netns, address):
+  """A listening TCP socket made in the network namespace `netns` (a path).
+
+  Made in a thread of its own, which `setns` moves there and which then
+  ends: the process's other threads stay where they are; the socket stays
+  in the namespace it was made in.
+  """
+  made = {}
+
+  def make():
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(netns, os.O_RDONLY)
+    try:
+      if libc.setns(fd, _CLONE_NEWNET):
+        made["error"] = OSError(ctypes.get_errno(), f"setns {netns}")
+        return
+    finally:
+      os.close(fd)
+    try:
+      made["socket"] = socket.create_server(address, backlog=64)
+    except OSError as e:
+      made["error"] = e
+
+  thread = threading.Thread(target=make)
+  thread.start()
+  thread.join()
+  if "error" in made:
+    raise made["error"]
+  return made["socket"]
+
+
+def _expect(process, what):
+  """The next line of a helper `process`; raises unless it is `what`."""
+  line = process.stdout.readline().strip()
+  if line != what:
+    raise OSError(f"expected {what!r} from pid {process.pid}, got "
+                  f"{line or 'its end'!r} (see box.log)")
+
+
+class _Lan:
+  """The hosts' LAN, in the holder: the bridge's namespace, the proxy there.
+
+  Its namespace is held by a process (`--lan`) that made the bridge and
+  attaches each host's veth pair to it, asked on its stdin.
+  """
+
+  def __init__(self, state_dir, bucket):
+    self.state_dir, self.bucket = state_dir, bucket
+    self.hosts = {}  # name -> (ip, the host's holder process)
+    self.holder = _helper(["unshare", "--net", "--", sys.executable,
+                           os.path.abspath(__file__), "--lan"])
+    _expect(self.holder, "ready")
+    self.proxy = _TlsServer(state_dir, _listen_in(
+        f"/proc/{self.holder.pid}/ns/net", (SERVER_IP, 443)))
+    threading.Thread(target=self.proxy.serve_forever, daemon=True).start()
+
+  def add_host(self, name, ip):
+    """Makes host `name` at `ip` and waits until it checked itself."""
+    self.hosts[name] = (ip, None)
+    # Rewritten in place: the hosts made before see the new name too.
+    with open(os.path.join(self.state_dir, "lan_hosts"), "w") as f:
+      f.write(f"127.0.0.1 localhost\n{SERVER_IP} {' '.join(GOOGLE_NAMES)}\n")
+      f.writelines(f"{address} {host}\n"
+                   for host, (address, _) in self.hosts.items())
+    host = _helper(["unshare", "--net", "--uts", "--mount", "--",
+                    sys.executable, os.path.abspath(__file__), "--host",
+                    self.state_dir, name, ip, self.bucket])
+    self.hosts[name] = (ip, host)
+    _expect(host, "namespaces")
+    self.holder.stdin.write(f"{name} {host.pid}\n")
+    self.holder.stdin.flush()
+    _expect(self.holder, "attached")
+    host.stdin.write("eth0\n")
+    host.stdin.flush()
+    _expect(host, "ready")
+    return {"pid": host.pid}
+
+  def close(self):
+    self.proxy.shutdown()
+    for process in [self.holder] + [h for _, h in self.hosts.values() if h]:
+      process.stdin.close()
+      process.wait()
+
+
+def _helper(argv):
+  """A helper of the holder, talking on its stdin and stdout, dying with it."""
+  return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, preexec_fn=_die_with_parent)
+
+
+def _lan_hold():
+  """`--lan`, in its new network namespace: the bridge, then attachments."""
+  def ip(*args):
+    subprocess.run(["ip", *args], check=True, stdout=sys.stderr)
+
+  ip("link", "set", "lo", "up")
+  ip("link", "add", "br0", "type", "bridge", "forward_delay", "0")
+  ip("address", "add", f"{SERVER_IP}/24", "dev", "br0")
+  ip("link", "set", "br0", "up")
+  print("ready", flush=True)
+  for line in sys.stdin:  # "<name> <pid>": that host's veth pair.
+    name, pid = line.split()
+    ip("link", "add", f"h-{name}", "type", "veth", "peer", "name", "eth0",
+       "netns", pid)
+    ip("link", "set", f"h-{name}", "master", "br0", "up")
+    print("attached", flush=True)
+
+
+def _host_hold(state_dir, name, ip, bucket):
+  """`--host`, in its new namespaces: files, name, then `eth0` and checks."""
+  mounts = (("--bind", os.path.join(state_dir, "lan_hosts"), "/etc/hosts"),
+            ("--bind", os.path.join(state_dir, "ca.pem"), HOST_CA_BUNDLE),
+            # Last: the sources above may be under /tmp.
+            ("-t", "tmpfs", "-o", "mode=1777", f"tmpfs-{name}", "/tmp"))
+  for args in mounts:
+    subprocess.run(["mount", *args], check=True, stdout=sys.stderr)
+  socket.sethostname(name)
+  subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+  print("namespaces", flush=True)
+  if sys.stdin.readline().strip() != "eth0":  # The LAN attached it.
+    return
+  subprocess.run(["ip", "address", "add", f"{ip}/24", "dev", "eth0"],
+                 check=True)
+  subprocess.run(["ip", "link", "set", "eth0", "up"], check=True)
+  try:
+    _check_host(name, ip)
+    _ask_bucket(bucket)
+  except (SystemExit, OSError) as e:
+    print(f"gcs_box: host {name}: {e}", file=sys.stderr, flush=True)
+    print(f"error: {e}", flush=True)
+    return
+  print("ready", flush=True)
+  for _ in sys.stdin:  # Holds the namespaces until the holder goes.
+    pass
+
+
+def _ask_bucket(bucket):
+  """GCS's bucket request, over the LAN, as TensorFlow makes it: HTTPS to
+  www.googleapis.com, its certificate checked against the host's bundle."""
+  tls = ssl.create_default_context(cafile=HOST_CA_BUNDLE)
+  deadline = time.monotonic() + 10
+  while True:
+    conn = http.client.HTTPSConnection(GOOGLE_NAMES[0], 443, context=tls,
+                                       timeout=10)
+    try:
+      conn.request("GET", f"/storage/v1/b/{bucket}",
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+      status = conn.getresponse().status
+      if status != 200:
+        raise OSError(f"GET /storage/v1/b/{bucket}: {status}")
+      return
+    except ConnectionError:  # The link may take a moment to come up.
+      if time.monotonic() > deadline:
+        raise
+      time.sleep(0.1)
+    finally:
+      conn.close()
 
 
 def _no_server(answer, connections, argv):
@@ -531,8 +830,14 @@ class _TlsServer(http.server.ThreadingHTTPServer):
 
   daemon_threads = True
 
-  def __init__(self, state_dir):
-    super().__init__(("127.0.0.1", 443), _Proxy)
+  def __init__(self, state_dir, listener=None):
+    """On 127.0.0.1:443, or on `listener` (a socket listening already)."""
+    super().__init__(("127.0.0.1", 443), _Proxy,
+                     bind_and_activate=listener is None)
+    if listener is not None:
+      self.socket.close()
+      self.socket = listener
+      self.server_address = listener.getsockname()
     self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     self.tls.load_cert_chain(os.path.join(state_dir, "server.pem"),
                              os.path.join(state_dir, "server.key"))
@@ -582,15 +887,24 @@ def _hold(state_dir, bucket):
   server = _start_emulator(state_dir, bucket)
   proxy = _TlsServer(state_dir)
   threading.Thread(target=proxy.serve_forever, daemon=True).start()
+  lan = None  # Made with the first host.
   try:
     print("ready", flush=True)
     for line in sys.stdin:
+      request = json.loads(line)
       try:
-        answer = {"result": _answer(json.loads(line), bucket)}
-      except (OSError, ValueError, KeyError) as e:
+        if request["op"] == "host":
+          lan = lan or _Lan(state_dir, bucket)
+          answer = {"result": lan.add_host(request["name"], request["ip"])}
+        else:
+          answer = {"result": _answer(request, bucket)}
+      except (OSError, ValueError, KeyError,
+              subprocess.CalledProcessError) as e:
         answer = {"error": f"{type(e).__name__}: {e}"}
       print(json.dumps(answer), flush=True)
   finally:
+    if lan:
+      lan.close()
     proxy.shutdown()
     server.terminate()
     server.wait()
@@ -602,6 +916,14 @@ def _main():
     return 0
   if sys.argv[1:3] == ["--guard", "--"]:  # Box.command, after nsenter.
     _guard(sys.argv[3:])
+  if sys.argv[1:2] == ["--guard-host"] and sys.argv[4:5] == ["--"]:
+    _guard_host(sys.argv[2], sys.argv[3], sys.argv[5:])  # Host.command.
+  if sys.argv[1:2] == ["--lan"]:  # _Lan, in its new network namespace.
+    _lan_hold()
+    return 0
+  if sys.argv[1:2] == ["--host"]:  # _Lan.add_host, in the new namespaces.
+    _host_hold(*sys.argv[2:6])
+    return 0
   if sys.argv[1:2] == ["--no-server"] and sys.argv[4:5] == ["--"]:
     _no_server(sys.argv[2], sys.argv[3], sys.argv[5:])  # without_server.
   parser = argparse.ArgumentParser(

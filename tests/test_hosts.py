@@ -1,0 +1,282 @@
+"""Hosts of their own: workers, an evaluator and trainers on three hosts.
+
+Each host is a network, UTS and mount namespace of the GCS box
+(tests/gcs_box.py, `Box.host`): its own address on a LAN that reaches
+nothing else (10.77.0.11-13; the bucket's server at 10.77.0.1), its own
+host name (host1-3), its own `/tmp` (where each keeps its digits cache,
+its TMPDIR and its logs' temp files). The model_dir is one `gs://` prefix
+on the box's bucket, reached through TensorFlow's own GCS client over the
+LAN. What a test proves is what a cluster relies on across hosts:
+`multi_worker_mirrored` over the hosts' addresses, preemption of one worker
+saving both at one step, an evaluator on a third host evaluating every
+checkpoint, and the trainer lease judging a holder on another host by its
+heartbeat's age alone.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import DOUBLES_TRAIN
+from conftest import REPO
+import gcs_box as gcs_box_lib
+
+# pylint: disable=redefined-outer-name
+
+WORKER_PORT = 2222  # Each host has its own ports: one port for every worker.
+STEPS = 60
+# Every checkpoint is kept (max_to_keep above the 6 a run writes), so that
+# the evaluator's count does not depend on retention waiting for it.
+MULTI = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
+         "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
+         "trainer.max_to_keep=20,task.model.dropout_rate=0.0,"
+         "runtime.distribution_strategy=multi_worker_mirrored")
+# The lease's timing, short for the test (defaults: 10 s and 60 s).
+HEARTBEAT_SECONDS = 1
+STALE_SECONDS = 15
+
+
+@pytest.fixture(scope="session")
+def hosts(gcs_box):
+  """host1, host2 and host3, made once a session in the session's box."""
+  return [gcs_box.host(f"host{i}") for i in (1, 2, 3)]
+
+
+class Job:
+  """A launcher on a host; its stdout and stderr in files of the test's."""
+
+  def __init__(self, host, argv, out_dir, env=None):
+    self.host = host
+    self.out = os.path.join(out_dir, f"{host.name}-{uuid.uuid4().hex[:6]}")
+    env = {"TFM_EXT_DATA_DIR": "/tmp/data", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": REPO, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(self.out + ".stdout", "w") as out, \
+        open(self.out + ".stderr", "w") as err:
+      self.proc = host.start([sys.executable, DOUBLES_TRAIN, *argv],
+                             env=env, cwd=REPO, stdout=out, stderr=err)
+
+  def stdout(self):
+    with open(self.out + ".stdout") as f:
+      return f.read()
+
+  def stderr(self):
+    with open(self.out + ".stderr") as f:
+      return f.read()
+
+  def steps(self):
+    """The steps of the `step N/M` lines so far."""
+    return [int(line.split()[1].split("/")[0])
+            for line in self.stdout().splitlines() if line.startswith("step ")]
+
+  def wait_until(self, predicate, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+      assert self.proc.poll() is None, f"{self} ended first"
+      assert time.monotonic() < deadline, f"{self}: not within {timeout}s"
+      time.sleep(0.2)
+
+  def finish(self, timeout=300):
+    try:
+      self.proc.wait(timeout=timeout)
+    finally:
+      self.proc.kill()
+      self.proc.wait()
+    return self.proc.returncode
+
+  def __repr__(self):
+    return (f"job on {self.host.name} (exit {self.proc.poll()})\n--- stdout\n"
+            f"{self.stdout()[-2000:]}\n--- stderr\n{self.stderr()[-5000:]}")
+
+
+def _tf_config(workers, index):
+  return json.dumps({"cluster": {"worker": [f"{h.ip}:{WORKER_PORT}"
+                                            for h in workers]},
+                     "task": {"type": "worker", "index": index}})
+
+
+def _start_workers(workers, model_dir, out_dir):
+  return [Job(host, ["--experiment=digits_rows", "--mode=train",
+                     f"--model_dir={model_dir}", f"--params_override={MULTI}"],
+              out_dir,
+              env={"TF_CONFIG": _tf_config(workers, i),
+                   # TF's preemption handler asks the GCE metadata server:
+                   # a closed port on the host's own loopback.
+                   "GCE_METADATA_IP": "127.0.0.1:9"})
+          for i, host in enumerate(workers)]
+
+
+def _json(box, name):
+  return json.loads(box.read(name))
+
+
+def _checkpoint_steps(box, prefix):
+  return sorted(int(name[len(prefix) + 6:-len(".index")])
+                for name in box.list(f"{prefix}/ckpt-")
+                if name.endswith(".index"))
+
+
+def _stop(jobs):
+  for job in jobs:
+    if job.proc.poll() is None:
+      job.proc.kill()
+      job.proc.wait()
+
+
+def test_each_host_has_its_name_address_and_tmp_and_reaches_the_lan_alone(
+    gcs_box, hosts):
+  for host in hosts:
+    seen = host.run(["sh", "-c", "hostname; getent hosts www.googleapis.com "
+                     "host1 host2 host3 | cut -d' ' -f1; ls -A /tmp; "
+                     "echo $TMPDIR"])
+    assert seen.returncode == 0, seen
+    assert seen.stdout.split() == [host.name, gcs_box_lib.SERVER_IP,
+                                   *(h.ip for h in hosts), "/tmp"], seen
+  # A file in one host's /tmp is in no other's, nor in the machine's.
+  name = f"only-here-{uuid.uuid4().hex[:6]}"
+  assert hosts[0].run(["touch", f"/tmp/{name}"]).returncode == 0
+  assert hosts[1].run(["test", "-e", f"/tmp/{name}"]).returncode == 1
+  assert not os.path.exists(f"/tmp/{name}")
+  # The other hosts, by name, and the server: no route to anything else.
+  reach = ("import socket, sys\n"
+           "for address in sys.argv[1:]:\n"
+           "  try:\n"
+           "    socket.create_connection((address, 443), timeout=5).close()\n"
+           "    print(address, 'connected')\n"
+           "  except OSError as e:\n"
+           "    print(address, e.errno)\n")
+  tried = hosts[0].run([sys.executable, "-c", reach, "www.googleapis.com",
+                        "host2", "8.8.8.8", "127.0.0.2"])
+  import errno  # pylint: disable=g-import-not-at-top
+  assert tried.stdout.splitlines() == [
+      "www.googleapis.com connected", f"host2 {errno.ECONNREFUSED}",
+      f"8.8.8.8 {errno.ENETUNREACH}", f"127.0.0.2 {errno.ECONNREFUSED}"], (
+          tried)
+
+
+def test_a_job_outside_its_host_is_refused_before_it_starts(gcs_box, hosts,
+                                                            tmp_path):
+  ran = tmp_path / "ran"
+  guard = [sys.executable, gcs_box_lib.__file__, "--guard-host"]
+  # In the box but on no host; on host2 under host1's name.
+  for refused in (gcs_box.run([*guard, "host1", hosts[0].ip, "--", "touch",
+                               str(ran)]),
+                  subprocess.run(hosts[1].command([*guard, "host1",
+                                                   hosts[0].ip, "--", "true"]),
+                                 capture_output=True, text=True, check=False)):
+    assert refused.returncode == 1, refused
+    assert "gcs_box: refusing to run on host host1" in refused.stderr
+  assert not ran.exists()
+
+
+@pytest.mark.slow
+def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
+    gcs_box, hosts, tmp_path):
+  prefix = f"hosts-{uuid.uuid4().hex[:8]}"
+  model_dir = gcs_box.bucket_url(prefix)
+  workers, evaluator_host = hosts[:2], hosts[2]
+  evaluator = Job(evaluator_host, ["--experiment=digits_rows",
+                                   "--mode=continuous_eval",
+                                   f"--model_dir={model_dir}"], str(tmp_path))
+  jobs = _start_workers(workers, model_dir, str(tmp_path))
+  try:
+    # SIGTERM to the worker that is not the chief, once it trained a loop.
+    jobs[1].wait_until(lambda: any(s >= 20 for s in jobs[1].steps()))
+    jobs[1].proc.send_signal(signal.SIGTERM)
+    assert [job.finish() for job in jobs] == [42, 42], jobs
+    for job in jobs:
+      assert "preempted:" in job.stderr() and "Traceback" not in job.stderr()
+    summary = _json(gcs_box, f"{prefix}/run_summary.json")
+    saved = summary["global_step"]
+    assert summary["status"] == "preempted"
+    assert 20 <= saved < STEPS and saved % 10 == 0, summary
+    assert _checkpoint_steps(gcs_box, prefix)[-1] == saved
+
+    jobs = _start_workers(workers, model_dir, str(tmp_path))
+    assert [job.finish() for job in jobs] == [0, 0], jobs
+    summary = _json(gcs_box, f"{prefix}/run_summary.json")
+    assert (summary["status"], summary["global_step"]) == ("completed", STEPS)
+    assert summary["resumed_from_step"] == saved
+    # Each worker's replica saw its half of the global batch of 64.
+    assert summary["train_metrics"]["rows_per_replica"] == 32
+
+    assert evaluator.finish(timeout=240) == 0, evaluator
+  finally:
+    _stop([*jobs, evaluator])
+  saved_steps = _checkpoint_steps(gcs_box, prefix)
+  assert saved_steps == list(range(10, STEPS + 1, 10))
+  ledger = [_json(gcs_box, name)
+            for name in gcs_box.list(f"{prefix}/eval_ledger/")
+            if name.endswith(".json")]
+  evaluated = sorted(e["global_step"] for e in ledger
+                     if e["status"] == "evaluated")
+  print(f"saved {saved_steps}, preempted at {saved}, evaluated {evaluated}")
+  assert evaluated == saved_steps, ledger
+  eval_summary = _json(gcs_box, f"{prefix}/eval_summary.json")
+  assert eval_summary["global_step"] == STEPS
+  # The bucket heard from each host at its own address, and from nothing
+  # else: no job went through the box's loopback.
+  with open(os.path.join(gcs_box.state_dir, "requests.log")) as f:
+    clients = {line.split()[1] for line in f if f'"' in line}
+  assert {h.ip for h in hosts} <= clients, clients
+  # Each host kept its own files in its own /tmp: the digits cache.
+  for host in hosts:
+    assert host.run(["test", "-s", "/tmp/data/digits/train-00000-of-00001"
+                     ".tfrecord"]).returncode == 0, host
+
+
+@pytest.mark.slow
+def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
+    gcs_box, hosts, tmp_path):
+  prefix = f"lease-{uuid.uuid4().hex[:8]}"
+  model_dir = gcs_box.bucket_url(prefix)
+  override = ("--params_override=trainer.train_steps={},"
+              "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+              "trainer.checkpoint_interval={}")
+  train = ["--experiment=digits_convnet", "--mode=train",
+           f"--model_dir={model_dir}", override.format(100000, 100000)]
+  lease_env = {"TFM_EXT_LEASE_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+               "TFM_EXT_LEASE_STALE_SECONDS": str(STALE_SECONDS)}
+  holder = Job(hosts[0], train, str(tmp_path), env=lease_env)
+  jobs = [holder]
+  try:
+    holder.wait_until(lambda: holder.steps())
+    # A live holder on host1: a trainer on host2 refuses, naming it.
+    second = Job(hosts[1], train, str(tmp_path), env=lease_env)
+    jobs.append(second)
+    assert second.finish() == 2, second
+    assert f"{model_dir} is in use by another trainer (host host1, pid " \
+        f"{holder.proc.pid}," in second.stderr(), second
+
+    # host1's trainer SIGKILLed: its heartbeat stops, its lease stays. The
+    # pid is gone, but host2 cannot know that of host1's (the same pid
+    # namespace here: the host name alone tells hosts apart).
+    holder.proc.kill()
+    holder.proc.wait()
+    lease = _json(gcs_box, f"{prefix}/trainer_lease.json")
+    assert lease["host"] == "host1"
+    # Once its heartbeat is past the 3 beats of a live holder, a relaunch
+    # on host2 does not refuse: it watches, and takes the lease stale.
+    while time.time() - lease["heartbeat"] <= 3.5 * HEARTBEAT_SECONDS:
+      time.sleep(0.1)
+    relaunch = Job(hosts[1], train[:-1] + [override.format(20, 20)],
+                   str(tmp_path), env=lease_env)
+    jobs.append(relaunch)
+    assert relaunch.finish() == 0, relaunch
+  finally:
+    _stop(jobs)
+  log = relaunch.stderr()
+  assert "waiting until it beats again or is 15s old" in log, relaunch
+  taken = [line for line in log.splitlines()
+           if f"Taking over {model_dir}/trainer_lease.json" in line]
+  assert taken and "(host host1," in taken[0], relaunch
+  age = float(taken[0].split("its heartbeat is ")[1].split("s old")[0])
+  assert age > STALE_SECONDS, taken
+  summary = _json(gcs_box, f"{prefix}/run_summary.json")
+  assert (summary["status"], summary["global_step"]) == ("completed", 20)
+  assert not gcs_box.list(f"{prefix}/trainer_lease.json")  # Released.
