@@ -1,16 +1,17 @@
-"""What the benchmarks share: fresh processes, their peak memory, medians.
+"""What the benchmarks share: child processes, busy loops, medians, the machine.
 
 Every measured variant runs in a process of its own, so that each pays its
-own start-up (time to first step) and its peak resident memory is its own;
-what it prints is timestamped here, as it arrives.
+own start-up and its memory and CPU time are its own; what it prints is
+timestamped here, as it arrives.
 """
 
 import argparse
-import contextlib
+import ctypes
 import json
-import multiprocessing
 import os
 import platform
+import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,149 +22,108 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TensorFlow's C++ INFO lines would bury what a child prints.
 CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": REPO}
-# Each condition: how many cores other processes keep busy while a run
-# measures. Training hosts are shared (other jobs, data loaders, an
-# evaluator beside the trainer); a default is kept only if it wins or ties
-# in both.
-CONDITIONS = {"idle": 0, "loaded": max(1, (os.cpu_count() or 2) // 2)}
 
 
 class ChildFailed(RuntimeError):
   """A benchmark subprocess exited with an error or ran out of time."""
 
 
-def run_child(argv: Sequence[str], timeout: float = 900.0,
-              echo: bool = False) -> Dict[str, Any]:
-  """Runs `argv` from the repository root in a fresh process.
+def _die_with_parent() -> None:
+  # A child stopped with SIGSTOP cannot notice its parent is gone: the
+  # kernel kills it instead (PR_SET_PDEATHSIG), so that a crashed benchmark
+  # leaves no stopped process holding gigabytes or a busy core.
+  ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
-  Returns `lines`, each line of its output as `(seconds, line,
-  peak_rss_mib, cpu_seconds)`: its arrival time since the child was started
-  (a clock outside the child, the same for every variant), the child's peak
-  resident memory so far and the CPU time all its threads used so far (user
-  and system; None once it is gone); `peak_rss_mib`,
-  the child's peak over its whole life (from `wait4`); and
-  `process_seconds`, its wall time. With `echo`, lines are printed as they
-  come.
+
+def popen(argv: Sequence[str]) -> subprocess.Popen:
+  """Starts `argv` from the repository root; its output (and errors) piped."""
+  return subprocess.Popen(list(argv), cwd=REPO, env={**os.environ,
+                                                     **CHILD_ENV},
+                          text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT,
+                          preexec_fn=_die_with_parent)
+
+
+def run_child(argv: Sequence[str], timeout: float = 900.0) -> Dict[str, Any]:
+  """Runs `argv` to its end in a fresh process.
+
+  Returns `lines`, each line of its output as `(seconds, line)`: its
+  arrival since the child was started (a clock outside the child, the same
+  for every variant); and `peak_rss_mib`, the child's peak over its whole
+  life (from `wait4`).
 
   Raises:
     ChildFailed: on a non-zero exit or after `timeout` seconds, with the
       tail of the child's output.
   """
-  env = {**os.environ, **CHILD_ENV}
   start = time.time()
-  proc = subprocess.Popen(list(argv), cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  proc = popen(argv)
   watchdog = threading.Timer(timeout, proc.kill)
   watchdog.start()
-  lines = []
   with proc.stdout:
-    for line in proc.stdout:
-      lines.append((time.time() - start, line.rstrip("\n"),
-                    _peak_rss_so_far(proc.pid), _cpu_seconds(proc.pid)))
-      if echo:
-        print(line, end="", flush=True)
+    lines = [(time.time() - start, line.rstrip("\n")) for line in proc.stdout]
   watchdog.cancel()
-  # `wait4` rather than `Popen.wait`: it returns the child's own rusage,
-  # where `RUSAGE_CHILDREN` would give the largest of all children so far.
+  # `wait4` rather than `Popen.wait`: it returns the child's own rusage.
   _, status, usage = os.wait4(proc.pid, 0)
   proc.returncode = os.waitstatus_to_exitcode(status)
-  seconds = time.time() - start
   if proc.returncode != 0:
-    tail = "\n".join(line for _, line, *_ in lines[-40:])
+    tail = "\n".join(line for _, line in lines[-40:])
     raise ChildFailed(f"{' '.join(argv)} exited with {proc.returncode} "
-                      f"after {seconds:.0f}s:\n{tail}")
-  return {"lines": lines,
-          "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux reports KiB.
-          "process_seconds": seconds}
+                      f"after {time.time() - start:.0f}s:\n{tail}")
+  return {"lines": lines, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
-def _peak_rss_so_far(pid: int) -> Optional[float]:
+def peak_rss_mib(pid: int) -> Optional[float]:
   """`VmHWM` of a live process, in MiB; None once it is gone."""
   try:
     with open(f"/proc/{pid}/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) / 1024
-  except OSError:
-    pass
-  return None
+      return next(int(line.split()[1]) / 1024 for line in f
+                  if line.startswith("VmHWM:"))
+  except (OSError, StopIteration):
+    return None
 
 
-def _cpu_seconds(pid: int) -> Optional[float]:
-  """User and system CPU time of a live process, all its threads; None once
-  it is gone."""
+def cpu_seconds(pid: int) -> Optional[float]:
+  """User and system CPU time of a process, all its threads (those that
+  ended too); None once it is gone."""
   try:
     with open(f"/proc/{pid}/stat") as f:
-      # Fields 14 and 15 (utime, stime), counted after the command name,
-      # which may hold spaces but ends at the last ")".
+      # utime and stime, counted after the command name, which may hold
+      # spaces but ends at the last ")".
       fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
   except (OSError, IndexError, ValueError):
     return None
 
 
-def _spin(seconds: float, results) -> None:
-  wall, cpu = time.perf_counter(), time.process_time()
-  while time.perf_counter() - wall < seconds:
-    pass
-  results.put((time.process_time() - cpu) / (time.perf_counter() - wall))
+class Spinners:
+  """`count` processes each able to keep a core busy: a neighbour's job.
 
-
-def available_cores(seconds: float = 0.25) -> float:
-  """How many cores a busy loop per core got just now, summed (0..cores).
-
-  The machine may be shared: a neighbour's work shows as a busy loop that
-  gets less CPU time than wall time.
+  Each spins a plain Python loop; `hold(n)` lets the first `n` run and
+  stops the others (SIGSTOP), so that switching conditions costs no
+  process start.
   """
-  context = multiprocessing.get_context("fork")
-  results = context.Queue()
-  workers = [context.Process(target=_spin, args=(seconds, results))
-             for _ in range(os.cpu_count() or 1)]
-  for worker in workers:
-    worker.start()
-  total = sum(results.get() for _ in workers)
-  for worker in workers:
-    worker.join()
-  return total
 
+  def __init__(self, count: int):
+    self._procs = [subprocess.Popen(
+        [sys.executable, "-c", "while True:\n  pass\n"],
+        preexec_fn=_die_with_parent) for _ in range(count)]
+    self.hold(0)
 
-def wait_for_quiet(min_cores: float, max_wait: float = 10.0) -> float:
-  """Waits (up to `max_wait` s) until `available_cores() >= min_cores`.
+  def hold(self, n: int) -> None:
+    for i, proc in enumerate(self._procs):
+      proc.send_signal(signal.SIGCONT if i < n else signal.SIGSTOP)
 
-  Returns the last figure, recorded with each run: a run that started on a
-  busy machine is seen as such.
-  """
-  deadline = time.time() + max_wait
-  cores = available_cores()
-  while cores < min_cores and time.time() < deadline:
-    time.sleep(1.0)
-    cores = available_cores()
-  return cores
+  def close(self) -> None:
+    for proc in self._procs:
+      proc.kill()
+      proc.wait()
 
+  def __enter__(self):
+    return self
 
-@contextlib.contextmanager
-def busy_cores(count: int):
-  """Keeps `count` cores busy while the block runs: a neighbour's job.
-
-  Each is a separate process spinning a plain Python loop, outside the
-  measured run, as another job on a shared training host would be. A
-  spinner stops by itself once this process is gone (killed, so that this
-  block's exit never ran): it would otherwise load the machine for good,
-  and hold open an output pipe its parent's reader waits on.
-  """
-  spin = ("import os\nparent = os.getppid()\n"
-          "while os.getppid() == parent:\n"
-          "  for _ in range(1000000):\n    pass\n")
-  spinners = [subprocess.Popen([sys.executable, "-c", spin])
-              for _ in range(count)]
-  try:
-    if spinners:
-      time.sleep(0.5)  # Let them reach their loops.
-    yield
-  finally:
-    for spinner in spinners:
-      spinner.kill()
-      spinner.wait()
+  def __exit__(self, *exc):
+    self.close()
 
 
 def median(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -172,11 +132,15 @@ def median(values: Sequence[Optional[float]]) -> Optional[float]:
   return statistics.median(present) if present else None
 
 
-def rotated(items: Sequence[Any], shift: int) -> List[Any]:
-  """`items` rotated left by `shift` places: run in this order at the
-  `shift`-th repeat, no item always runs first or after the same other."""
-  shift %= max(len(items), 1)
-  return list(items[shift:]) + list(items[:shift])
+def spread(values: Sequence[float]) -> Dict[str, float]:
+  """Median, quartiles (of the inclusive method), min, max and count."""
+  values = sorted(values)
+  if len(values) < 2:
+    q1 = q3 = values[0]
+  else:
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+  return {"median": statistics.median(values), "q1": q1, "q3": q3,
+          "min": values[0], "max": values[-1], "n": len(values)}
 
 
 def medians(runs: List[Dict[str, Any]], keys: Sequence[str]
@@ -185,14 +149,11 @@ def medians(runs: List[Dict[str, Any]], keys: Sequence[str]
   return {key: median([run.get(key) for run in runs]) for key in keys}
 
 
-def timed(fn, repeats: int) -> List[float]:
-  """Calls `fn()` `repeats` times; returns each call's seconds."""
-  seconds = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    seconds.append(time.perf_counter() - start)
-  return seconds
+def rotated(items: Sequence[Any], shift: int) -> List[Any]:
+  """`items` rotated left by `shift` places: run in this order at the
+  `shift`-th repeat, no item always runs first or after the same other."""
+  shift %= max(len(items), 1)
+  return list(items[shift:]) + list(items[:shift])
 
 
 def python() -> str:
@@ -210,9 +171,8 @@ def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
                argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
   """`main` of a benchmark that `measure`s at `sizes` (`--smoke`: smaller).
 
-  With `--busy=N`, N cores spin in other processes while it measures (the
-  loaded condition). Writes the results as JSON to `--out` if given, and
-  returns them.
+  With `--busy=N`, N cores spin in other processes meanwhile (the loaded
+  condition). Writes the results as JSON to `--out` if given; returns them.
   """
   parser = argparse.ArgumentParser(description=doc.splitlines()[0])
   parser.add_argument("--smoke", action="store_true",
@@ -221,7 +181,8 @@ def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
                       help="Cores kept busy by other processes meanwhile.")
   parser.add_argument("--out", help="Write the results as JSON here.")
   args = parser.parse_args(argv)
-  with busy_cores(args.busy):
+  with Spinners(args.busy) as busy:
+    busy.hold(args.busy)
     results = measure(smoke_sizes if args.smoke else sizes)
   results["busy_cores"] = args.busy
   if args.out:
@@ -230,10 +191,13 @@ def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
 
 
 def write_json(path: str, value: Any) -> None:
-  """Writes `value` as indented JSON to `path`."""
+  """Writes `value` as JSON to `path`, a list of numbers or strings on one
+  line (a window of `training_loops.pairs` is one line)."""
+  text = json.dumps(value, indent=1, sort_keys=True)
+  text = re.sub(r"\[[^\[\]{}]*\]",
+                lambda m: json.dumps(json.loads(m.group(0))), text)
   with open(path, "w") as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-    f.write("\n")
+    f.write(text + "\n")
 
 
 def machine() -> Dict[str, Any]:
@@ -261,11 +225,11 @@ def machine() -> Dict[str, Any]:
       "tf_models_official": metadata.version("tf-models-official"),
       "commit": git("rev-parse", "--short", "HEAD"),
       # Benchmarks run on the working tree: say whether its code differs
-      # from HEAD (the results files an earlier run just wrote do not count).
+      # from HEAD (results and RESULTS.md do not count).
       "uncommitted_changes": bool(git(
           "status", "--porcelain", "--untracked-files=no", "--", ".",
-          ":!benchmarks/*.json", ":!benchmarks/RESULTS.md")),
-      "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+          ":!benchmarks/results", ":!benchmarks/RESULTS.md")),
+      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
       "bf16": cpu_bf16(),
   }
 
@@ -273,17 +237,14 @@ def machine() -> Dict[str, Any]:
 def cpu_bf16() -> Dict[str, bool]:
   """Which of the x86 bfloat16 instruction sets this CPU has.
 
-  `avx512_bf16` converts and multiplies bfloat16 in vectors; `amx_bf16`
-  multiplies bfloat16 tiles. Without either, TensorFlow runs bfloat16
-  through float32 and conversions: slower than float32.
+  Without `avx512_bf16` or `amx_bf16`, TensorFlow runs bfloat16 through
+  float32 and conversions: slower than float32.
   """
   flags = set()
   try:
     with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("flags"):
-          flags = set(line.split(":", 1)[1].split())
-          break
-  except OSError:
+      flags = set(next(line for line in f if line.startswith("flags"))
+                  .split(":", 1)[1].split())
+  except (OSError, StopIteration):
     pass
   return {flag: flag in flags for flag in ("avx512_bf16", "amx_bf16")}

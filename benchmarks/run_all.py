@@ -1,278 +1,496 @@
-"""Runs the benchmarks; writes their results and renders `RESULTS.md`.
+"""Runs the benchmarks into one results file; renders `RESULTS.md` from them.
 
-    python benchmarks/run_all.py --quick    # the headline, at most 10 minutes
-    python benchmarks/run_all.py            # everything, for releases
-    python benchmarks/run_all.py --repeats=2   # everything, fewer repeats
-    python benchmarks/run_all.py --variants=ours,stock_tfm,...  # fewer loops
-    python benchmarks/run_all.py --only=training_loops  # keep the rest
-    python benchmarks/run_all.py --smoke    # tiny sizes: checks that it runs
+    python benchmarks/run_all.py --quick     # the headline, under 10 minutes
+    python benchmarks/run_all.py             # everything, for releases
+    python benchmarks/run_all.py --quick --busy=1   # with a core held busy
+    python benchmarks/run_all.py --render    # RESULTS.md from results/ again
 
-Every figure is taken in two conditions: `idle`, and `loaded`, with half
-the cores kept busy by other processes (`_common.CONDITIONS`): a training
-host is usually shared, and a default must win or tie in both.
-
-`--quick` runs `training_loops.py --headline`: ours against stock TFM, the
-hand-written loop and Keras and the input pool's default on
-digits_convnet, ours against stock TFM on ResNet50, idle and loaded, into
-`quick_results.json`. The figures of a change come from it unless the
-change needs the full run.
-
-The full run writes `results.json`: `training_loops.py` (which starts one
-process per measured run and interleaves the conditions), `flops.py` (on
-the training loops' ResNet50 figures, idle), then `input_pipelines.py`,
-`checkpoint_cost.py`, `loop_costs.py` and `startup.py`, each idle and then
-loaded. `--repeats=N` runs the training loops N times instead of 5, for a
-machine where the full run would take hours, and `--variants` only the
-training loop variants named; `results.json` records both.
-`--training_loops=FILE` takes the training loops' results from an earlier
-`training_loops.py --out` (written after each repeat) instead of running
-them, so that a run stopped part-way goes on; the machine, commit and date
-FILE records are reported for each of its workloads (`results["kept"]`).
-`--only=SCRIPTS` runs only those scripts and keeps the others' results
-from the full run already in the output directory, each with the machine
-and commit that measured it (`results["kept"]`): one script re-measured
-on a quiet machine need not cost the whole run. With `--only=
-training_loops`, workloads the new training loops lack (`--training_loops`
-from a `training_loops.py --workloads=...` run) are kept too.
-`results.json` is written again after each script, so a run stopped
-part-way keeps what it measured. `--smoke` writes to a scratch directory
-unless `--out_dir` is given.
-`--render=DIR` only renders `DIR/RESULTS.md` again from the results there
-(`results.json`, `quick_results.json`, `gpu_results.json`, each if present).
+A run writes `results/<date>-<mode>[-<label>].json` (`--label` names its
+condition, e.g. `one-core-busy`); `RESULTS.md` is rendered from every file
+there: each row from the newest run that measured it, and the headline of
+every run side by side, so that runs on different days or conditions can
+be compared. `SESSIONS` lists what each mode measures: the training loops
+in interleaved pairs (`training_loops.pairs`) and, in the full run, the
+scripts of the defaults (`SCRIPTS`), each idle and with one core busy.
 """
 
 import argparse
+import glob
 import json
 import os
-import shutil
+import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
-from benchmarks import report
+from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-# In order: flops reads the training loops' results.
-BENCHMARKS = ("training_loops", "flops", "input_pipelines", "checkpoint_cost",
-              "loop_costs", "startup")
-# The files of each mode, and the extra JSON `--render` reads (GPU).
-FILES = {"full": "results.json", "quick": "quick_results.json",
-         "smoke": "results.json"}
-GPU_FILE = "gpu_results.json"
+RESULTS_DIR = _common.script("results")
+HEADLINE = ("ours", "stock_tfm", "handwritten", "keras_fit")
+# Per mode: session name -> (workload, variants, rounds, loops per window).
+SESSIONS = {
+    "quick": {
+        "digits_convnet": ("digits_convnet", HEADLINE + ("ours_private_pool",),
+                           8, 3),
+        "resnet50": ("resnet50", ("ours", "stock_tfm"), 6, 1),
+    },
+    "full": {
+        "digits_convnet": ("digits_convnet", HEADLINE + (
+            "keras_fit_tensorboard", "ours_private_pool", "ours_no_strategy",
+            "ours_xla"), 12, 4),
+        "resnet50": ("resnet50", HEADLINE, 10, 2),
+        "resnet50_defaults": ("resnet50", ("ours", "ours_no_strategy",
+                                           "ours_xla"), 6, 2),
+        # Emulated bfloat16 (no AVX512-BF16 or AMX) takes ten times as long.
+        "resnet50_bfloat16": ("resnet50", ("ours", "ours_bfloat16"), 3, 1),
+    },
+    "smoke": {"digits_convnet": ("digits_convnet", ("ours", "stock_tfm"), 1,
+                                 1)},
+}
+# The full run's scripts, each run idle and with one core busy (`--busy`).
+SCRIPTS = ("input_pipelines", "checkpoint_cost", "loop_costs", "startup")
+
+# Rows of interleaved pairs: (anchor, workload, the other variant, floor,
+# claim, why). The ratio is the other's time per step over ours (or the
+# default's): above 1 favours ours.
+PAIR_ROWS = (
+    ("target-digits-convnet-stock-tfm", "digits_convnet", "stock_tfm", 1.0,
+     "digits_convnet: ours against stock TFM",
+     "no slower than the TFM trainer it replaces"),
+    ("target-digits-convnet-handwritten", "digits_convnet", "handwritten",
+     0.97, "digits_convnet: ours against a hand-written loop",
+     "the floor of framework overhead: ours within 3% of it"),
+    ("target-digits-convnet-keras-fit", "digits_convnet", "keras_fit", 1.0,
+     "digits_convnet: ours against Keras `Model.fit`",
+     "no slower than Keras's own loop"),
+    ("target-digits-convnet-keras-fit-tensorboard", "digits_convnet",
+     "keras_fit_tensorboard", 1.0,
+     "digits_convnet: ours against `Model.fit` writing summaries",
+     "no slower than Keras writing the same summaries"),
+    ("target-resnet50-stock-tfm", "resnet50", "stock_tfm", 1.0,
+     "ResNet50: ours against stock TFM",
+     "no slower than the TFM trainer it replaces"),
+    ("target-resnet50-handwritten", "resnet50", "handwritten", 0.97,
+     "ResNet50: ours against a hand-written loop",
+     "the floor of framework overhead: ours within 3% of it"),
+    ("target-resnet50-keras-fit", "resnet50", "keras_fit", 1.0,
+     "ResNet50: ours against Keras `Model.fit`",
+     "no slower than Keras's own loop"),
+    ("default-input-pool", "digits_convnet", "ours_private_pool", 1.0,
+     "the input on tf.data's own pool, as in stock TFM "
+     "(`runtime.dataset_num_private_threads` unset), against a private pool "
+     "of half the cores",
+     "a private pool is faster on an idle host and starves the input when "
+     "other work holds a core: a default must win or tie in both"),
+    ("default-one-replica-mirror", "digits_convnet", "ours_no_strategy", 1.0,
+     "`mirrored` on one CPU builds TFM's one-replica `MirroredStrategy`, "
+     "against no strategy (`runtime.mirror_one_device=false`)",
+     "no strategy would be the default only if it won or tied idle and "
+     "loaded"),
+    ("default-xla-off", "digits_convnet", "ours_xla", 1.0,
+     "`runtime.xla_on_cpu` off on the CPU (digits_convnet)",
+     "XLA's CPU code for these models is slower than TF's kernels"),
+    ("default-xla-off-resnet50", "resnet50", "ours_xla", 1.0,
+     "`runtime.xla_on_cpu` off on the CPU (ResNet50)",
+     "XLA's CPU code for these models is slower than TF's kernels"),
+    ("default-float32-on-cpu", "resnet50", "ours_bfloat16", 1.0,
+     "float32 on a CPU, against `runtime.mixed_precision_dtype=bfloat16`",
+     "without AVX512-BF16 or AMX TensorFlow emulates bfloat16 through "
+     "float32 (the CPU is named under the machine)"),
+)
 
 
-def _run_one(name: str, argv, results, condition: str) -> None:
-  """Runs one benchmark script once the machine is quiet."""
-  results["available_cores_before"].setdefault(condition, {})[name] = (
-      _common.wait_for_quiet(0.85 * (os.cpu_count() or 1)))
-  print(f"== {name} ({condition})", flush=True)
-  # The training loops of a full run take hours on a slow 2-core machine.
-  _common.run_child([_common.python(), *argv], timeout=8 * 3600, echo=True)
+def _ratio(script: str, num: Sequence[str], den: Sequence[str],
+           text: str) -> Callable[[Dict[str, Any]], tuple]:
+  """A script row's figure: `results[num...] / results[den...]`, and
+  `text` formatted with both (`{n}`, `{d}`)."""
+
+  def get(results, path):
+    for key in path:
+      results = results[key]
+    return results
+
+  def figure(results):
+    n, d = get(results, num), get(results, den)
+    return n / d, text.format(n=n, d=d)
+
+  figure.script = script
+  return figure
 
 
-def run(mode: str, scratch: str, repeats: Optional[int] = None,
-        variants: Optional[str] = None, training_loops: Optional[str] = None,
-        save: Callable[[Dict[str, Any]], None] = lambda results: None,
-        keep: Optional[Dict[str, Any]] = None,
-        only: Sequence[str] = BENCHMARKS) -> Dict[str, Any]:
-  """Runs the mode's benchmarks; returns their results, idle and `loaded`.
+def _iterator_growth(results):
+  by_buffer = results["resnet50_iterator"]["by_shuffle_buffer"]
+  (b0, f0), (b1, f1) = sorted(by_buffer.items(), key=lambda kv: int(
+      kv[0]))[::len(by_buffer) - 1]
+  per_record = (f1["bytes"] - f0["bytes"]) / (int(b1) - int(b0))
+  model = results["resnet50_model"]["model_and_optimizer"]["bytes"]
+  return None, (f"the iterator grows by {per_record / 1e3:.1f} KB per "
+                f"buffered record (state {f0['bytes'] / 2**20:.1f} MiB at a "
+                f"buffer of {b0}); model and optimizer {model / 2**20:.0f} MiB")
 
-  `repeats` and `variants` (comma-separated): the training loops' (None:
-  the mode's). `training_loops`: a `training_loops.py --out` file to take
-  instead of running it. `save` gets the results so far after each script.
-  `only`: run just these of `BENCHMARKS` and take the others' results
-  from `keep`, an earlier full run's (and the training loops' workloads
-  not measured now); `results["kept"]` gives the machine (and commit) of
-  each thing kept.
+
+def _first_save(results):
+  model = results["resnet50_model"]["model_and_optimizer"]
+  return None, (f"ResNet50's first save takes {model['first_save_seconds']:.2f}"
+                f" s (it traces) and {model['bytes'] / 2**20:.0f} MiB")
+
+
+_first_save.script = _iterator_growth.script = "checkpoint_cost"
+# Rows of the scripts' figures: (anchor, floor, claim, why, figure).
+SCRIPT_ROWS = (
+    ("target-resnet-train-input-pipeline", 1.0,
+     "ResNet training input pipeline: ours against the reference `input_fn`",
+     "our pipeline replaces the reference's: at least as fast",
+     _ratio("input_pipelines", ("train", "images_per_second", "ours"),
+            ("train", "images_per_second", "reference"),
+            "{n:.0f} vs {d:.0f} images/s")),
+    ("target-resnet-eval-input-pipeline", 1.0,
+     "ResNet evaluation input pipeline: ours against the reference",
+     "our pipeline replaces the reference's: at least as fast",
+     _ratio("input_pipelines", ("eval", "images_per_second", "ours"),
+            ("eval", "images_per_second", "reference"),
+            "{n:.0f} vs {d:.0f} images/s")),
+    ("default-no-autotune", 1.0,
+     "tf.data autotuning off in the ResNet training pipeline",
+     "autotuning's bookkeeping costs CPU time and a fixed prefetch stays "
+     "bounded", _ratio("input_pipelines", ("train", "images_per_second",
+                                          "ours"),
+                       ("train", "images_per_second", "ours_autotune_on"),
+                       "{n:.0f} vs {d:.0f} images/s autotuned")),
+    ("default-summary-manager", 1.0,
+     "a loop's outputs written as one summary op per directory "
+     "(`ScalarSummaryManager`)", "the same events, less host time",
+     _ratio("loop_costs", ("summaries", "orbit"), ("summaries", "ours"),
+            "{d:.5f} s vs {n:.5f} s with Orbit's `SummaryManager`")),
+    ("default-host-readable-step", 1.0,
+     "a mirrored global step read through its local copy",
+     "the loop reads the step about ten times a loop",
+     _ratio("loop_costs", ("global_step_read", "orbit"),
+            ("global_step_read", "ours"),
+            "{d:.6f} s vs {n:.6f} s through the `MirroredVariable`")),
+    ("default-traced-train-logs", 1.0,
+     "`train_loop_end` reads metrics and learning rate as one graph",
+     "one call instead of one read per value",
+     _ratio("loop_costs", ("read_train_logs", "eager"),
+            ("read_train_logs", "traced"), "{d:.5f} s vs {n:.5f} s eagerly")),
+    ("default-nan-check", 1.0,
+     "a non-finite loss caught from the loop's mean loss, not in each step",
+     "no op in the step", _ratio(
+         "loop_costs", ("step", "per_step_check"), ("step", "ours"),
+         "{d:.5f} s a step vs {n:.5f} s with a check in the step")),
+    ("default-collector-off-while-importing", 1.0,
+     "`launchers/train.py` imports with Python's collector off, then "
+     "freezes what they made",
+     "the imports' objects live as long as the process",
+     _ratio("startup", ("variants", "collector_on", "median",
+                        "import_seconds"),
+            ("variants", "launcher", "median", "import_seconds"),
+            "imports {d:.2f} s vs {n:.2f} s with the collector on")),
+    ("default-no-first-loop-checkpoint", None,
+     "no checkpoint after the first loop (stock TFM saves "
+     "`ckpt-<steps_per_loop>`)",
+     "it holds one loop of progress and takes one of `max_to_keep`'s places",
+     _first_save),
+    ("default-resnet-iterator-out", None,
+     "`resnet50_imagenet_ctl` keeps the input iterator out of its "
+     "checkpoints", "a shuffle buffer of JPEGs in every checkpoint",
+     _iterator_growth),
+)
+PARITY = 0.98  # Two runs of one graph differ by 1-3% on a shared machine.
+
+
+# -- Running ------------------------------------------------------------------
+
+
+def run(mode: str, label: str = "", busy: int = 0,
+        out_dir: str = RESULTS_DIR) -> str:
+  """Runs `mode`'s sessions (and the full run's scripts); returns the file.
+
+  With `busy`, that many cores spin in other processes for the whole run.
   """
-  results = {"machine": _common.machine(), "mode": mode,
-             "available_cores_before": {}, "loaded": {}}
-  if repeats:
-    results["repeats"] = repeats
-  if variants:
-    results["variants"] = variants
-  if keep is not None:
-    kept = [name for name in BENCHMARKS if name not in only and name in keep]
-    # Each kept script's machine and commit, through earlier `--only` runs;
-    # the training loops' by workload.
-    results["kept"] = {name: _measured_by(keep, name)
-                       for name in kept if name != "training_loops"}
-    if "training_loops" in kept:
-      results["kept"].update(
-          (key, _measured_by(keep, key)) for key in (
-              f"training_loops {workload}"
-              for workload in keep["training_loops"]))
-    for name in kept:
-      results[name] = keep[name]
-      if name in keep.get("loaded", {}):
-        results["loaded"][name] = keep["loaded"][name]
-      for condition, before in keep.get("available_cores_before",
-                                        {}).items():
-        if name in before:
-          results["available_cores_before"].setdefault(condition, {})[
-              name] = before[name]
-  start = time.time()
-  names = (BENCHMARKS[:1] if mode == "quick" else
-           [name for name in BENCHMARKS if name in only])
-  for i, name in enumerate(names):
-    out = os.path.join(scratch, f"{name}.json")
-    argv = [_common.script(f"{name}.py"), f"--out={out}"]
-    if mode == "quick":
-      argv.append("--headline")
-    elif mode == "smoke":
-      argv.append("--smoke")
-    if name == "training_loops":
-      argv += [f"--{flag}={value}" for flag, value in (
-          ("repeats", repeats), ("variants", variants)) if value]
-    if name == "flops":
-      argv.append(f"--training_loops={os.path.join(scratch, 'training_loops.json')}")
-    if name == "training_loops" and training_loops:
-      shutil.copy(training_loops, out)
-      results["training_loops_from"] = training_loops
-    else:
-      _run_one(name, argv, results, "idle and loaded, interleaved"
-               if name == "training_loops" else "idle")
-    with open(out) as f:
-      results[name] = json.load(f)
-    if name == "training_loops":  # Both conditions, interleaved.
-      if training_loops and "machine" in results[name]:  # Measured there.
-        results.setdefault("kept", {}).update(
-            (f"training_loops {workload}", results[name]["machine"])
-            for workload in results[name]["idle"])
-      results["loaded"][name] = results[name]["loaded"]
-      results[name] = results[name]["idle"]
-      if keep is not None:  # flops reads the merged training loops.
-        _keep_workloads(results, keep)
-        _common.write_json(out, {"idle": results[name],
-                                 "loaded": results["loaded"][name]})
-    elif name != "flops":  # The machine's peak, and idle figures: idle only.
-      busy = _common.CONDITIONS["loaded"]
-      _run_one(name, argv + [f"--busy={busy}"], results, "loaded")
-      with open(out) as f:
-        results["loaded"][name] = json.load(f)
-    results["seconds"] = time.time() - start
-    results["not_run"] = list(names[i + 1:])  # Until the run ends.
-    save(results)
-  return results
-
-
-def _measured_by(keep: Dict[str, Any], key: str) -> Dict[str, Any]:
-  """The machine (and commit) that measured `key` of the results `keep`:
-  a script, or `training_loops <workload>`."""
-  kept = keep.get("kept", {})
-  return kept.get(key, kept.get(key.split(" ")[0], keep["machine"]))
-
-
-def _keep_workloads(results: Dict[str, Any], keep: Dict[str, Any]) -> None:
-  """Adds the training loops' workloads of `keep` that `results` did not
-  measure, noting each in `results["kept"]` as `training_loops <workload>`.
-  """
-  for workload, loops in keep["training_loops"].items():
-    if workload in results["training_loops"]:
-      continue
-    key = f"training_loops {workload}"
-    results["kept"][key] = _measured_by(keep, key)
-    results["training_loops"][workload] = loops
-    loaded = keep.get("loaded", {}).get("training_loops", {})
-    if workload in loaded:
-      results["loaded"]["training_loops"][workload] = loaded[workload]
-
-
-def read(out_dir: str, name: str) -> Optional[Dict[str, Any]]:
-  """`out_dir/name` as JSON, or None if it is not there."""
-  path = os.path.join(out_dir, name)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
-def render(out_dir: str) -> None:
-  """Renders `out_dir/RESULTS.md` from the results files there."""
-  with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
-    f.write(report.render(read(out_dir, FILES["full"]),
-                          read(out_dir, FILES["quick"]),
-                          read(out_dir, GPU_FILE)))
-  print(f"wrote {out_dir}/RESULTS.md")
-
-
-def _only(parser: argparse.ArgumentParser, only: Optional[str], mode: str,
-          out_dir: str) -> Tuple[Sequence[str], Optional[Dict[str, Any]]]:
-  """`--only`'s scripts, and the full run whose other results it keeps."""
-  if not only:
-    return BENCHMARKS, None
-  names = only.split(",")
-  if set(names) - set(BENCHMARKS):
-    parser.error(f"--only: give any of {', '.join(BENCHMARKS)}")
-  keep = read(out_dir, FILES["full"])
-  if mode != "full" or keep is None or keep.get("mode", "full") != "full":
-    parser.error(f"--only keeps the other scripts' results of a full run: "
-                 f"none in {os.path.join(out_dir, FILES['full'])}")
-  if "training_loops" in names:
-    names.append("flops")  # It reads the training loops' figures.
-  return names, keep
-
-
-def main(argv=None) -> None:
-  """Runs the benchmarks (or renders); see the module docstring."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  modes = parser.add_mutually_exclusive_group()
-  modes.add_argument("--quick", action="store_true",
-                     help="The headline ratios, idle and loaded (at most 10 "
-                     "minutes).")
-  modes.add_argument("--smoke", action="store_true",
-                     help="Tiny sizes, one repeat: checks that it runs.")
-  modes.add_argument("--render", metavar="DIR",
-                     help="Only render DIR/RESULTS.md from the results "
-                     "there.")
-  parser.add_argument("--repeats", type=int, help="Runs of each training "
-                      "loop variant (default: the mode's; the full run's 5 "
-                      "take hours on a slow machine).")
-  parser.add_argument("--variants", help="Comma-separated: only these "
-                      "training loop variants (`ours` among them), e.g. "
-                      "ours' defaults and stock TFM without the other "
-                      "loops.")
-  parser.add_argument("--training_loops", metavar="FILE", help="Take the "
-                      "training loops' results from FILE (a `training_loops"
-                      ".py --out`, written after each repeat) instead of "
-                      "running them: a run stopped part-way goes on.")
-  parser.add_argument("--only", metavar="SCRIPTS", help="Comma-separated, "
-                      f"of {', '.join(BENCHMARKS)}: run only these and keep "
-                      "the others' results from the full run already in "
-                      "the output directory (flops runs again with the "
-                      "training loops).")
-  parser.add_argument("--out_dir", help="Where the results and RESULTS.md "
-                      "go (default: benchmarks/, or a scratch directory "
-                      "with --smoke).")
-  args = parser.parse_args(argv)
-  if args.render:
-    render(args.render)
-    return
-  mode = "quick" if args.quick else "smoke" if args.smoke else "full"
-  out_dir = args.out_dir or (
-      os.path.join(tempfile.gettempdir(), "tfm_ext_benchmarks_smoke")
-      if mode == "smoke" else os.path.join(_common.REPO, "benchmarks"))
+  started = time.time()
+  results: Dict[str, Any] = {"mode": mode, "label": label,
+                             "busy_cores_throughout": busy,
+                             "machine": _common.machine(), "sessions": {}}
+  name = time.strftime("%Y-%m-%d-%H%M", time.gmtime()) + f"-{mode}" + (
+      f"-{label}" if label else "")
+  path = os.path.join(out_dir, name + ".json")
   os.makedirs(out_dir, exist_ok=True)
-  path = os.path.join(out_dir, FILES[mode])
-  only, keep = _only(parser, args.only, mode, out_dir)
-  # Kept if the run fails: `training_loops.json` there holds the repeats
-  # done so far, for `--training_loops`.
-  scratch = tempfile.mkdtemp(prefix="tfm_ext_benchmarks_")
-  try:
-    run(mode, scratch, args.repeats, args.variants, args.training_loops,
-        save=lambda results: _common.write_json(path, results), keep=keep,
-        only=only)
-  except BaseException:
-    print(f"stopped; the scripts' results so far are in {scratch}",
-          flush=True)
-    raise
-  shutil.rmtree(scratch)
-  render(out_dir)
+  with _common.Spinners(busy) as spinners:
+    spinners.hold(busy)
+    for session, (workload, variants, rounds, loops) in SESSIONS[mode].items():
+      print(f"== {session}: {', '.join(variants)}", flush=True)
+      results["sessions"][session] = training_loops.pairs(
+          training_loops.WORKLOADS[workload], variants, rounds, loops)
+    for script in SCRIPTS if mode == "full" else ():
+      for condition, cores in training_loops.CONDITIONS.items():
+        print(f"== {script} ({condition})", flush=True)
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+          _common.run_child([_common.python(), _common.script(f"{script}.py"),
+                             f"--busy={cores}", f"--out={f.name}"],
+                            timeout=3600)
+          results.setdefault("scripts", {}).setdefault(script, {})[
+              condition] = json.load(f)
+  results["minutes"] = round((time.time() - started) / 60, 1)
+  _common.write_json(path, results)
+  return path
+
+
+# -- Figures ------------------------------------------------------------------
+
+
+def per_step(session: Dict[str, Any]) -> Dict[tuple, Dict[str, float]]:
+  """`{(condition, variant): {figure: spread}}` of ms per step."""
+  fields = session["window_fields"]
+  values: Dict[tuple, Dict[str, List[float]]] = {}
+  for window in session["windows"]:
+    w = dict(zip(fields, window))
+    by = values.setdefault((w["condition"], w["variant"]), {})
+    by.setdefault("wall_ms", []).append(w["wall_s"] / w["steps"] * 1e3)
+    by.setdefault("cpu_ms", []).append(w["cpu_s"] / w["steps"] * 1e3)
+    for event in fields[len(training_loops.WINDOW_FIELDS):]:
+      if w[event] is not None:
+        by.setdefault(event, []).append(w[event] / w["steps"])
+  return {key: {k: _common.spread(v) for k, v in by.items()}
+          for key, by in values.items()}
+
+
+def pair_ratios(session: Dict[str, Any], other: str, base: str = "ours"
+                ) -> Dict[str, Dict[str, Dict[str, float]]]:
+  """`{condition: {figure: spread}}` of `other`'s time per step over
+  `base`'s, one ratio per round (the two windows ran seconds apart)."""
+  fields = session["window_fields"]
+  at = {}
+  for window in session["windows"]:
+    w = dict(zip(fields, window))
+    at[(w["round"], w["condition"], w["variant"])] = w
+  ratios: Dict[str, Dict[str, List[float]]] = {}
+  for (r, condition, variant), w in at.items():
+    mine = at.get((r, condition, base))
+    if variant != other or not mine:
+      continue
+    for figure, key in (("wall", "wall_s"), ("cpu", "cpu_s")):
+      ratios.setdefault(condition, {}).setdefault(figure, []).append(
+          (w[key] / w["steps"]) / (mine[key] / mine["steps"]))
+  return {c: {f: _common.spread(v) for f, v in by.items()}
+          for c, by in ratios.items()}
+
+
+def verdict(medians: Sequence[float], floor: float) -> str:
+  """`met` if every median reaches `floor`, `parity` if every one is within
+  `PARITY` of it, else `**missed**`."""
+  if all(m >= floor for m in medians):
+    return "met"
+  return "parity" if all(m >= PARITY * floor for m in medians) else (
+      "**missed**")
+
+
+# -- Rendering ----------------------------------------------------------------
+
+
+def load(directory: str) -> List[Dict[str, Any]]:
+  """Every run file in `directory`, oldest first, each with its `file`."""
+  runs = []
+  for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+    with open(path) as f:
+      runs.append(dict(json.load(f), file=os.path.basename(path)))
+  return runs
+
+
+def _session_with(run: Dict[str, Any], workload: str, variant: str):
+  for session in run.get("sessions", {}).values():
+    if (session["workload"]["experiment"]
+        == training_loops.WORKLOADS[workload].experiment
+        and "ours" in session["variants"] and variant in session["variants"]):
+      return session
+  return None
+
+
+def _fmt(s: Optional[Dict[str, float]]) -> str:
+  if not s:
+    return "not measured"
+  return (f"**{s['median']:.3f}** ({s['q1']:.3f}-{s['q3']:.3f}; "
+          f"{s['min']:.3f}-{s['max']:.3f}; {s['n']})")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> List[str]:
+  return ["| " + " | ".join(header) + " |",
+          "| " + " | ".join("---" for _ in header) + " |",
+          *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
+def _source(run: Dict[str, Any]) -> str:
+  m = run["machine"]
+  return f"`{run['file']}` ({m['commit']}{'+' if m['uncommitted_changes'] else ''})"
+
+
+def render(directory: str) -> str:
+  """`RESULTS.md` of the run files in `directory`."""
+  runs = load(directory)
+  lines = ["# Benchmark results", "",
+           "Rendered by `python benchmarks/run_all.py --render` from "
+           "`benchmarks/results/*.json`; do not edit by hand. How the "
+           "figures are taken and which decides: `benchmarks/README.md`. "
+           "Library docstrings link to rows by their anchors.", "",
+           "## Interleaved pairs", "",
+           "The other variant's time per marginal step over ours (over the "
+           "default's, for a default), one ratio per round: above 1 favours "
+           "ours. Each cell: **median** (interquartile range; min-max; "
+           "pairs). `CPU` is the process's CPU time per step, `wall` its "
+           "wall time; `loaded`: a busy loop held one of the cores. The "
+           "verdict is of the CPU medians, idle and loaded (parity: within "
+           "2% below the floor). Each row comes from the newest run that "
+           "measured it.", ""]
+  rows = []
+  for anchor, workload, other, floor, claim, why in PAIR_ROWS:
+    run = next((r for r in reversed(runs) if _session_with(r, workload,
+                                                           other)), None)
+    if not run:
+      rows.append([f'<a id="{anchor}"></a>{claim}', *["not measured"] * 4,
+                   floor, "", why, ""])
+      continue
+    ratios = pair_ratios(_session_with(run, workload, other), other)
+    cells = [ratios.get(c, {}).get(f) for f in ("cpu", "wall")
+             for c in training_loops.CONDITIONS]
+    rows.append([f'<a id="{anchor}"></a>{claim}', *map(_fmt, cells), floor,
+                 verdict([c["median"] for c in cells[:2] if c], floor), why,
+                 _source(run)])
+  lines += _table(["claim", "CPU idle", "CPU loaded", "wall idle",
+                   "wall loaded", "floor", "", "why", "run"], rows)
+  lines += ["", "## The defaults' scripts", "",
+            "From the full run's scripts (`input_pipelines.py`, "
+            "`checkpoint_cost.py`, `loop_costs.py`, `startup.py`), each run "
+            "idle and then loaded; a ratio above 1 favours the default.", ""]
+  rows = []
+  for anchor, floor, claim, why, figure in SCRIPT_ROWS:
+    run = next((r for r in reversed(runs)
+                if figure.script in r.get("scripts", {})), None)
+    if not run:
+      rows.append([f'<a id="{anchor}"></a>{claim}', "not measured", "", "",
+                   "", "", why, ""])
+      continue
+    by = {c: figure(run["scripts"][figure.script][c])
+          for c in training_loops.CONDITIONS}
+    ratios = [v[0] for v in by.values() if v[0] is not None]
+    rows.append([f'<a id="{anchor}"></a>{claim}',
+                 *(f"{v[0]:.3f}" if v[0] is not None else "" for v in
+                   by.values()), floor or "",
+                 verdict(ratios, floor) if floor else "", by["idle"][1], why,
+                 _source(run)])
+  lines += _table(["claim", "idle", "loaded", "floor", "", "measured (idle)",
+                   "why", "run"], rows)
+  lines += ["", "## Runs", "",
+            "Every run file, with its headline (ours against stock TFM: "
+            "CPU and wall ratios, idle and loaded, as above) and the "
+            "machine's load average over the windows: the same commit in "
+            "other conditions should give the same CPU ratio.", ""]
+  rows = []
+  for run in runs:
+    m = run["machine"]
+    for name, session in run.get("sessions", {}).items():
+      if "stock_tfm" not in session["variants"]:
+        continue
+      ratios = pair_ratios(session, "stock_tfm")
+      load_avg = statistics.median(w[session["window_fields"].index(
+          "load_1min")] for w in session["windows"])
+      rows.append([_source(run), f"{run['mode']} {run['label']}".strip(),
+                   run["busy_cores_throughout"], name, *(
+                       _fmt(ratios.get(c, {}).get(f)) for f in ("cpu", "wall")
+                       for c in training_loops.CONDITIONS), f"{load_avg:.1f}",
+                   run.get("minutes", ""), f"{m['cpu']}, {m['cores']} cores, "
+                   f"{m['date']}"])
+  lines += _table(["run", "mode", "cores busy throughout", "session",
+                   "CPU idle", "CPU loaded", "wall idle", "wall loaded",
+                   "load avg", "minutes", "machine"], rows)
+  if runs:
+    lines += _details(runs[-1])
+  lines += _gpu()
+  return "\n".join(lines) + "\n"
+
+
+def _details(run: Dict[str, Any]) -> List[str]:
+  """Each session of `run`: every variant's ms per step and memory."""
+  m = run["machine"]
+  lines = ["", f"## The newest run: {_source(run)}", "",
+           f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python "
+           f"{m['python']}, TensorFlow {m['tensorflow']}, tf-models-official "
+           f"{m['tf_models_official']}; bfloat16 instructions: "
+           f"{', '.join(k for k, v in m['bf16'].items() if v) or 'none'}; "
+           f"{run.get('minutes')} minutes.", ""]
+  for name, session in run.get("sessions", {}).items():
+    w = session["workload"]
+    lines += [f"### {name}", "",
+              f"`{w['experiment']}`, global batch {w['global_batch_size']}, "
+              f"{w['steps_per_loop']} steps per loop, windows of "
+              f"{session['loops']} loops; hardware counters: "
+              f"{session['counters']}. Milliseconds per step: median "
+              "(interquartile range; min-max; windows).", ""]
+    stats = per_step(session)
+    rows = []
+    for variant, v in session["variants"].items():
+      rows.append([variant, v["extra"] and f"`{v['extra']}`",
+                   *(_fmt(stats.get((c, variant), {}).get(f)).replace(
+                       "**", "") for f in ("cpu_ms", "wall_ms")
+                     for c in training_loops.CONDITIONS),
+                   f"{v['first_step_seconds']:.1f}",
+                   f"{v['peak_rss_mib']:.0f}" if v.get("peak_rss_mib") else ""])
+    lines += _table(["variant", "overrides", "CPU idle", "CPU loaded",
+                     "wall idle", "wall loaded", "first step (s)",
+                     "peak RSS (MiB)"], rows) + [""]
+  return lines
+
+
+def _gpu() -> List[str]:
+  path = _common.script("gpu_results.json")
+  lines = ["", "## GPU (`gpu_resnet50.py`)", ""]
+  if not os.path.exists(path):
+    return lines + ["Not run on a GPU yet."]
+  with open(path) as f:
+    gpu = json.load(f)
+  return lines + [f"{gpu['device']}, commit {gpu['machine']['commit']}:", ""
+                  ] + _table(["configuration", "images/s"], [
+                      [name, f"{c['examples_per_second']:.0f}"
+                       if "examples_per_second" in c else
+                       next(iter(c))] for name, c in
+                      gpu["configurations"].items()])
+
+
+def main(argv=None) -> Optional[str]:
+  """Runs a mode, then renders `RESULTS.md`; see the module docstring."""
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  mode = parser.add_mutually_exclusive_group()
+  mode.add_argument("--quick", action="store_true",
+                    help="The headline pairs: under 10 minutes on 2 cores.")
+  mode.add_argument("--smoke", action="store_true",
+                    help="Tiny: one pair, into a scratch directory.")
+  mode.add_argument("--render", action="store_true",
+                    help="Only render RESULTS.md from the results files.")
+  parser.add_argument("--label", default="",
+                      help="The run's condition, in its file name.")
+  parser.add_argument("--busy", type=int, default=0,
+                      help="Cores kept busy by other processes all along.")
+  parser.add_argument("--results", default=RESULTS_DIR,
+                      help="The results directory (smoke: a scratch one).")
+  args = parser.parse_args(argv)
+  directory = args.results
+  if not args.render:
+    if args.smoke and args.results == RESULTS_DIR:
+      directory = tempfile.mkdtemp(prefix="bench_smoke_")
+    mode_name = "quick" if args.quick else "smoke" if args.smoke else "full"
+    print("wrote", run(mode_name, args.label, args.busy, directory))
+  out = os.path.join(os.path.dirname(directory.rstrip("/")), "RESULTS.md")
+  if directory != RESULTS_DIR:
+    out = os.path.join(directory, "RESULTS.md")
+  with open(out, "w") as f:
+    f.write(render(directory))
+  print("rendered", out)
+  return out
 
 
 if __name__ == "__main__":
