@@ -12,6 +12,7 @@ exist.
 """
 
 import dataclasses
+import inspect
 import os
 import tempfile
 from typing import Any, List, Optional, Sequence
@@ -145,8 +146,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
 
   evaluates = mode.evaluates or supplied.post_eval
   with strategy.scope(), failures.phase("build"):
-    task = supplied.task or task_factory.get_task(params.task,
-                                                  logging_dir=write_dir)
+    task = supplied.task or build_task(params, logging_dir=write_dir)
     trainer = supplied.trainer or train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=evaluates,
         checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
@@ -232,6 +232,20 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                trained=bool(mode.trains and restored_step
                             and restored_step >= params.trainer.train_steps),
                trainer_lease=held)
+
+
+def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
+  """The experiment's task, as TFM's `task_factory.get_task` builds it.
+
+  A task whose builder also takes `trainer_config` (TFM's ranking task
+  builds its optimizers from it: `tfm_ext.ranking`) is given
+  `params.trainer`.
+  """
+  builder = (params.task.BUILDER
+             or task_factory.get_task_cls(type(params.task)))
+  extra = ({"trainer_config": params.trainer} if "trainer_config"
+           in inspect.signature(builder).parameters else {})
+  return task_factory.get_task(params.task, logging_dir=logging_dir, **extra)
 
 
 def _step_of(checkpoint: str) -> int:
