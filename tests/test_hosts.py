@@ -39,7 +39,7 @@ MULTI = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
          "runtime.distribution_strategy=multi_worker_mirrored")
 # The lease's timing, short for the test (defaults: 10 s and 60 s).
 HEARTBEAT_SECONDS = 1
-STALE_SECONDS = 15
+STALE_SECONDS = 12
 
 
 @pytest.fixture(scope="session")
@@ -48,18 +48,41 @@ def hosts(gcs_box):
   return [gcs_box.host(f"host{i}") for i in (1, 2, 3)]
 
 
-class Job:
-  """A launcher on a host; its stdout and stderr in files of the test's."""
+# `python SCRIPT ARGV...`, once SCRIPT's imports are done and a line came
+# on stdin: a launch whose start the test times to the second.
+_HELD = """
+import os, runpy, sys
+script, argv = sys.argv[1], sys.argv[2:]
+sys.argv, sys.path[0] = [script], os.path.dirname(script)  # As python SCRIPT.
+import tfm_ext.launcher, doubles  # What SCRIPT imports: TensorFlow, TFM.
+sys.stdin.readline()
+sys.argv = [script, *argv]
+runpy.run_path(script, run_name="__main__")
+"""
 
-  def __init__(self, host, argv, out_dir, env=None):
+
+class Job:
+  """A launcher on a host; its stdout and stderr in files of the test's.
+
+  A `held` one imports, then waits for `go` to run.
+  """
+
+  def __init__(self, host, argv, out_dir, env=None, held=False):
     self.host = host
     self.out = os.path.join(out_dir, f"{host.name}-{uuid.uuid4().hex[:6]}")
     env = {"TFM_EXT_DATA_DIR": "/tmp/data", "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONPATH": REPO, "PYTHONUNBUFFERED": "1", **(env or {})}
+    hold = ["-c", _HELD] if held else []
     with open(self.out + ".stdout", "w") as out, \
         open(self.out + ".stderr", "w") as err:
-      self.proc = host.start([sys.executable, DOUBLES_TRAIN, *argv],
-                             env=env, cwd=REPO, stdout=out, stderr=err)
+      self.proc = host.start([sys.executable, *hold, DOUBLES_TRAIN, *argv],
+                             env=env, cwd=REPO, stdout=out, stderr=err,
+                             stdin=subprocess.PIPE if held else None)
+
+  def go(self):
+    """Lets a `held` job run."""
+    self.proc.stdin.write(b"go\n")
+    self.proc.stdin.close()
 
   def stdout(self):
     with open(self.out + ".stdout") as f:
@@ -235,6 +258,7 @@ def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
     gcs_box, hosts, tmp_path):
   prefix = f"lease-{uuid.uuid4().hex[:8]}"
   model_dir = gcs_box.bucket_url(prefix)
+  lease_name = f"{prefix}/trainer_lease.json"
   override = ("--params_override=trainer.train_steps={},"
               "trainer.steps_per_loop=10,trainer.summary_interval=10,"
               "trainer.checkpoint_interval={}")
@@ -243,40 +267,45 @@ def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
   lease_env = {"TFM_EXT_LEASE_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
                "TFM_EXT_LEASE_STALE_SECONDS": str(STALE_SECONDS)}
   holder = Job(hosts[0], train, str(tmp_path), env=lease_env)
-  jobs = [holder]
+  # Imported while the holder starts; launched when the test says.
+  second = Job(hosts[1], train, str(tmp_path), env=lease_env, held=True)
+  relaunch = Job(hosts[1], train[:-1] + [override.format(20, 20)],
+                 str(tmp_path), env=lease_env, held=True)
+  jobs = [holder, second, relaunch]
   try:
-    holder.wait_until(lambda: holder.steps())
+    holder.wait_until(lambda: gcs_box.list(lease_name))
     # A live holder on host1: a trainer on host2 refuses, naming it.
-    second = Job(hosts[1], train, str(tmp_path), env=lease_env)
-    jobs.append(second)
+    second.go()
     assert second.finish() == 2, second
     assert f"{model_dir} is in use by another trainer (host host1, pid " \
         f"{holder.proc.pid}," in second.stderr(), second
+    assert holder.proc.poll() is None, holder
 
-    # host1's trainer SIGKILLed: its heartbeat stops, its lease stays. The
-    # pid is gone, but host2 cannot know that of host1's (the same pid
-    # namespace here: the host name alone tells hosts apart).
+    # host1's trainer SIGKILLed: its heartbeat stops, its lease stays. Its
+    # pid is gone, and host2 is not to care: it is another host's pid (in
+    # the same pid namespace here, so the host name alone must decide).
     holder.proc.kill()
     holder.proc.wait()
-    lease = _json(gcs_box, f"{prefix}/trainer_lease.json")
-    assert lease["host"] == "host1"
-    # Once its heartbeat is past the 3 beats of a live holder, a relaunch
-    # on host2 does not refuse: it watches, and takes the lease stale.
+    lease = _json(gcs_box, lease_name)
+    assert (lease["host"], lease["pid"]) == ("host1", holder.proc.pid)
+    # Once its heartbeat is older than the 3 beats of a live holder, a
+    # relaunch on host2 does not refuse; it watches the lease, and takes it
+    # once the heartbeat is STALE_SECONDS old.
     while time.time() - lease["heartbeat"] <= 3.5 * HEARTBEAT_SECONDS:
       time.sleep(0.1)
-    relaunch = Job(hosts[1], train[:-1] + [override.format(20, 20)],
-                   str(tmp_path), env=lease_env)
-    jobs.append(relaunch)
+    relaunch.go()
     assert relaunch.finish() == 0, relaunch
   finally:
     _stop(jobs)
   log = relaunch.stderr()
-  assert "waiting until it beats again or is 15s old" in log, relaunch
+  waited = [line for line in log.splitlines() if "waiting until it beats "
+            f"again or is {STALE_SECONDS}s old" in line]
+  assert waited and "host host1," in waited[0], relaunch
   taken = [line for line in log.splitlines()
            if f"Taking over {model_dir}/trainer_lease.json" in line]
   assert taken and "(host host1," in taken[0], relaunch
   age = float(taken[0].split("its heartbeat is ")[1].split("s old")[0])
-  assert age > STALE_SECONDS, taken
+  assert age >= STALE_SECONDS, taken  # Rounded to the second.
   summary = _json(gcs_box, f"{prefix}/run_summary.json")
   assert (summary["status"], summary["global_step"]) == ("completed", 20)
-  assert not gcs_box.list(f"{prefix}/trainer_lease.json")  # Released.
+  assert not gcs_box.list(lease_name)  # Released at the end.
