@@ -50,6 +50,21 @@ def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
   assert "step 500/500" in run.stdout and "ex/s" in run.stdout
   assert "ETA" in run.stdout
   assert "train | step:" not in run.stdout  # Orbit's own lines: log only.
+  # A quiet console: what TensorFlow logs while the job is prepared is in
+  # the log file alone, and CUDA's cuInit error only where a GPU is.
+  console = run.stdout + run.stderr
+  assert "Using MirroredStrategy" not in console, console
+  assert "Using MirroredStrategy" in _read_log(model_dir)
+  if not glob.glob("/dev/nvidia*"):
+    assert "cuInit" not in console, console
+  repeated = [l for l in set(console.splitlines())
+              if console.splitlines().count(l) > 1]
+  assert not repeated, console
+
+
+def _read_log(model_dir):
+  with open(model_dir / "logs" / "tfm_ext.INFO") as f:
+    return f.read()
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ the console once.
 """
 
 import functools
+import io
 import itertools
 import os
 import shutil
@@ -202,6 +203,39 @@ class EvalProgress:
           file=self._stream, flush=True)
 
 
+def hold_log() -> None:
+  """Keeps the absl log off the console until `log_to_files` opens its file.
+
+  Without a log file absl writes every record to stderr, so what is logged
+  while a job is prepared (TensorFlow's `Using MirroredStrategy ...`, twice
+  with TensorFlow's own handler) would reach the console. Held in memory
+  instead, those records begin the log file; warnings and errors reach the
+  console at once. A job that ends before it opens a log file (bad flags, an
+  unusable model_dir) writes them nowhere. `--logtostderr` and
+  `--alsologtostderr` keep absl's behaviour.
+  """
+  flags = absl_flags.FLAGS
+  _quiet_tensorflow_logger()
+  if flags.logtostderr or flags.alsologtostderr:
+    return
+  handler = logging.get_absl_handler().python_handler
+  if handler.stream is sys.stderr:
+    handler.stream = io.StringIO()
+  if not flags["stderrthreshold"].present:
+    flags.stderrthreshold = "warning"
+
+
+def _quiet_tensorflow_logger() -> None:
+  """Sends TensorFlow's Python records through absl's handler alone.
+
+  TensorFlow's logger has a stderr handler of its own; without it its
+  records reach the absl handler, and so the file, like the others.
+  """
+  tf_logger = tf.get_logger()
+  for handler in list(tf_logger.handlers):
+    tf_logger.removeHandler(handler)
+
+
 def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
   """Keeps the console to progress lines and warnings; the rest goes to a file.
 
@@ -225,12 +259,12 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
     if log_dir is None:
       bucket_dir, log_dir = logs, tempfile.mkdtemp(prefix="tfm_ext_logs_")
     os.makedirs(log_dir, exist_ok=True)
+  handler = logging.get_absl_handler().python_handler
+  held = handler.stream
   logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
-  # TensorFlow's Python logger has a stderr handler of its own; without it
-  # its records reach the absl handler, and so the file, like the others.
-  tf_logger = tf.get_logger()
-  for handler in list(tf_logger.handlers):
-    tf_logger.removeHandler(handler)
+  if isinstance(held, io.StringIO):  # `hold_log`'s records come first.
+    handler.stream.write(held.getvalue())
+  _quiet_tensorflow_logger()
   if not flags["stderrthreshold"].present:
     flags.stderrthreshold = "warning"
   if bucket_dir is None:

@@ -35,6 +35,7 @@ import importlib
 import os
 import sys
 
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -43,6 +44,7 @@ from official.core import exp_factory
 from official.core import task_factory
 
 from tfm_ext import _startup_signals
+from tfm_ext import console
 from tfm_ext import driver
 from tfm_ext import failures
 from tfm_ext import job
@@ -106,6 +108,26 @@ for _flag in (FLAGS.get_flags_for_module(__name__)
               + FLAGS.get_flags_for_module(tfm_flags.__name__)):
   FLAGS.register_key_flag_for_module(sys.argv[0], _flag)
 
+
+
+class _AnsweredHelp:
+  """A help flag that exits 0: absl's print the help and exit 1."""
+
+  def parse(self, arg):
+    try:
+      super().parse(arg)  # pytype: disable=attribute-error
+    except SystemExit as e:
+      raise SystemExit(0 if e.code == 1 else e.code) from None
+
+
+app.define_help_flags()
+for _name in ("help", "helpshort", "helpfull", "helpxml"):
+  _absl_help = type(FLAGS[_name])
+  for _key in {_name, FLAGS[_name].short_name} - {None}:
+    delattr(FLAGS, _key)
+  flags.DEFINE_flag(type(_absl_help.__name__, (_AnsweredHelp, _absl_help),
+                         {})(), module_name=app.__name__)
+
 # TFM's flags that its open-source train.py defines and never reads.
 UNREAD_TFM_FLAGS = ("tpu_platform", "tfhub_handle", "tflex_output_uri")
 
@@ -153,6 +175,7 @@ def main(argv) -> None:
   # A fork's script exits 42 on a signal from here on; ours from its first
   # line (tfm_ext/_startup_signals.py).
   _startup_signals.install()
+  console.hold_log()
   failures.reset()
   with failures.boundary():
     params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
