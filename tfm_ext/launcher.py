@@ -147,8 +147,8 @@ def registered() -> str:
   sections = [("experiments", {n: experiments[n]
                                for n in params_lib.experiment_names()}),
               ("tasks", tasks),
-              ("trainers", {n: trainers.TRAINERS.get(n)
-                            for n in trainers.TRAINERS.names()}),
+              # Without loading a lazily registered one (its dependency).
+              ("trainers", trainers.TRAINERS.entries()),
               ("models", {n: models.MODELS.get(n)
                           for n in models.MODELS.names()})]
   lines = []

@@ -6,7 +6,7 @@ models live here, one `Registry` each (see `tfm_ext.trainers` and
 """
 
 import difflib
-from typing import Callable, Dict, Generic, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 
 from tfm_ext.errors import UsageError
 
@@ -33,6 +33,14 @@ def unknown_name_message(kind: str, name: str, known: List[str],
     message += f" Did you mean {close[0]!r}?"
   listed = ", ".join(repr(k) for k in known) if known else "(none)"
   return message + f" {known_as or f'Registered {kind}s'}: {listed}."
+
+
+class _Deferred:
+  """An entry `Registry.register_lazily` made, not loaded yet."""
+
+  def __init__(self, load: Callable[[], Any], doc: str):
+    self.load = load
+    self.__doc__ = doc
 
 
 class Registry(Generic[T]):
@@ -70,13 +78,34 @@ class Registry(Generic[T]):
 
     return decorator
 
+  def register_lazily(self, name: str, load: Callable[[], T],
+                      doc: str) -> None:
+    """Registers `name` as what `load()` returns, called at its first `get`.
+
+    For an object whose module needs an optional dependency: the name is
+    known and listed (`doc` is its line in `--list`) without it; `load`
+    imports it once a run asks for the name, and raises `UsageError`
+    saying what to install where it cannot.
+    """
+    self.register(name)(_Deferred(load, doc))
+
   def get(self, name: str) -> T:
     """Returns the object registered as `name`, or raises `RegistryError`."""
     try:
-      return self._entries[name]
+      entry = self._entries[name]
     except KeyError:
       raise RegistryError(
           unknown_name_message(self._kind, name, self.names())) from None
+    if isinstance(entry, _Deferred):
+      entry = self._entries[name] = entry.load()
+    return entry
+
+  def entries(self) -> Dict[str, Any]:
+    """Each name and its object, without loading those registered lazily.
+
+    A lazy entry's value is a placeholder whose `__doc__` is its `doc`.
+    """
+    return dict(sorted(self._entries.items()))
 
   def names(self) -> List[str]:
     return sorted(self._entries)
