@@ -34,6 +34,12 @@ record. Each object is only looked up (there, not a directory): an object is
 written whole (an upload that fails leaves none), so a cut-short object is
 one its writer cut, not a copy interrupted on the way.
 
+A task that makes its data reads no files: TFM's convention is a
+`use_synthetic_data` field, on the data config (our ImageNet experiment) or
+on the task config for all of its data (TFM's ranking task). Then neither
+this check nor `tfm_ext.preflight`'s (a pattern that matches no file) looks
+at `input_path` (`reads_files`).
+
 A file is taken for a TFRecord file when the data config's `file_type` is
 "tfrecord" (TFM's default) and its first header's checksum matches: a task
 that reads another format from `input_path` is left alone.
@@ -87,10 +93,21 @@ def check(params, *, trains: bool, evaluates: bool) -> None:
   `task.train_data` when the mode `trains`, `task.validation_data` when it
   `evaluates`; see the module docstring.
   """
-  if trains:
-    check_data("task.train_data", params.task.train_data, need_records=True)
-  if evaluates:
-    check_data("task.validation_data", params.task.validation_data)
+  task = params.task
+  if trains and reads_files(task, task.train_data):
+    check_data("task.train_data", task.train_data, need_records=True)
+  if evaluates and reads_files(task, task.validation_data):
+    check_data("task.validation_data", task.validation_data)
+
+
+def reads_files(task, data) -> bool:
+  """Whether the task reads the files of `data`, one of its data configs.
+
+  Not where it makes synthetic data instead: `use_synthetic_data` is true
+  on `data` or on `task` (see the module docstring).
+  """
+  return not any(getattr(config, "use_synthetic_data", False) is True
+                 for config in (data, task))
 
 
 def check_data(where: str, data, need_records: bool = False) -> None:

@@ -14,6 +14,7 @@ from official.core import config_definitions
 
 from tfm_ext import checkpoint_state
 from tfm_ext import devices as devices_lib
+from tfm_ext import input_files
 from tfm_ext import registry
 from tfm_ext.errors import UsageError
 
@@ -51,7 +52,8 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
     datasets.append(("task.validation_data", params.task.validation_data))
   for where, data in datasets:
     _check_batch(where, data, num_replicas)
-    _check_input_path(where, data)
+    if input_files.reads_files(params.task, data):
+      _check_input_path(where, data)
   if needs_checkpoint and not checkpoint_state.latest(model_dir):
     raise UsageError(
         f"No checkpoint in --model_dir={model_dir!r} to evaluate or export. "
