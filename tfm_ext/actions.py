@@ -21,13 +21,31 @@ action runs on each output of its phase (`train`: after each training loop;
 divergence recovery and TFM's actions and before the progress line and the
 preemption save: what it adds to the output is printed, written to
 TensorBoard and kept in the run summary.
-An action that raises stops the run with its exception, as the driver's own
-do.
+
+An action cannot end a run by accident (`Guarded`). One that raises is
+reported once, as one `warning:` line on the console; each of its failures
+is logged with its traceback in the log file and counted in
+`run_summary.json` (`action_failures`, by `<phase>/<name>`), and the run goes
+on. An action registered with `required=True` is one the run cannot go on
+without: when it raises, the run saves a checkpoint at the current step
+(a training run's chief, without a multi-worker strategy: there a save is
+a collective every worker must join) and fails with exit 3, naming the
+action:
+
+    @tfm_ext.register_action("upload_metrics", phase="eval", required=True)
+
+Every action is guarded this way: registered ones, TFM's, those passed to
+`run_experiment`, the progress line and the notifications
+(`tfm_ext.notify`). An action's deliberate outcomes pass through unchanged:
+`RunFailed` (exit 3), `UsageError` (exit 2) and `preemption.Preempted`. The
+driver's own run-ending actions (divergence recovery, the trainer lease's
+check, the preemption save) are not guarded: their failures are the run's.
 """
 
 import dataclasses
 import math
-from typing import Any, Callable, List, Mapping, Optional
+import sys
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import logging
 import orbit
@@ -38,8 +56,10 @@ from official.core import config_definitions
 from official.modeling import optimization
 
 from tfm_ext import optimizers
+from tfm_ext import preemption
 from tfm_ext import registry
 from tfm_ext.errors import RunFailed
+from tfm_ext.errors import UsageError
 
 PHASES = ("train", "eval")
 
@@ -61,10 +81,16 @@ class ActionContext:
 
 
 ACTIONS = {phase: registry.Registry(f"{phase} action") for phase in PHASES}
+# The names registered with `required=True`, by phase.
+_REQUIRED = {phase: set() for phase in PHASES}
 
 
-def register_action(name: str, *, phase: str):
+def register_action(name: str, *, phase: str, required: bool = False):
   """Decorator: registers `factory(ActionContext) -> action or None`.
+
+  With `required=True`, an action that raises fails the run (a checkpoint
+  saved first, exit 3) instead of being reported while the run goes on;
+  see the module docstring.
 
   Raises `ValueError` for a phase other than "train" or "eval", and
   `RegistryError` for a name already registered in that phase.
@@ -72,14 +98,122 @@ def register_action(name: str, *, phase: str):
   if phase not in PHASES:
     raise ValueError(f"register_action({name!r}, phase={phase!r}): phase "
                      f"must be one of {PHASES}.")
-  return ACTIONS[phase].register(name)
+  register = ACTIONS[phase].register(name)
+
+  def decorator(factory):
+    register(factory)
+    if required:
+      _REQUIRED[phase].add(name)
+    return factory
+
+  return decorator
 
 
-def registered(phase: str, context: ActionContext) -> List[Action]:
-  """The actions the registered factories of `phase` give for `context`."""
-  built = (ACTIONS[phase].get(name)(context)
+def registered(phase: str, context: ActionContext,
+               guard: "Guard") -> List[Action]:
+  """The actions the registered factories of `phase` give, each guarded."""
+  built = ((name, ACTIONS[phase].get(name)(context))
            for name in ACTIONS[phase].names())
-  return [action for action in built if action is not None]
+  return [guard(action, phase=phase, name=name,
+                required=name in _REQUIRED[phase])
+          for name, action in built if action is not None]
+
+
+# What an action raises on purpose: the run's own ending, passed through.
+OUTCOMES = (RunFailed, UsageError, preemption.Preempted)
+
+
+def name_of(action: Action) -> str:
+  """A name for an action that was not registered: its function or class."""
+  name = getattr(action, "__name__", None)
+  return name if isinstance(name, str) else type(action).__name__
+
+
+class Guard:
+  """Wraps a run's actions so that one that raises cannot end it by accident.
+
+  One `Guard` serves a run: `failures` (`<phase>/<name>` -> count) is what
+  the run summary reports. `save` saves a checkpoint at the current step
+  and returns its path, or is None where this process must not save (an
+  evaluator, a non-chief or multi-worker job).
+  """
+
+  def __init__(self, *, global_step: Callable[[], int],
+               save: Optional[Callable[[], str]] = None):
+    self._global_step = global_step
+    self._save = save
+    self.failures: Dict[str, int] = {}
+
+  def __call__(self, action: Action, *, phase: str, name: str = "",
+               required: bool = False) -> Action:
+    """`action`, guarded; see `Guarded`."""
+    return Guarded(action, key=f"{phase}/{name or name_of(action)}",
+                   guard=self, required=required)
+
+  def all(self, phase: str, actions: List[Action]) -> List[Action]:
+    """Each of `actions` guarded as optional (`Guarded`), named by its type."""
+    return [action if isinstance(action, Guarded) else self(action,
+                                                            phase=phase)
+            for action in actions]
+
+  def failed(self, key: str, error: Exception, required: bool) -> None:
+    """Counts and reports `error` of action `key`; raises if `required`."""
+    count = self.failures[key] = self.failures.get(key, 0) + 1
+    step = self._global_step()
+    said = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    phase, name = key.split("/", 1)
+    # INFO: the log file's, not the console's (`console.log_to_files`).
+    logging.info("The %s action %r failed (%d so far) at step %d.", phase,
+                 name, count, step, exc_info=(type(error), error,
+                                              error.__traceback__))
+    if required:
+      saved = self._save() if self._save else ""
+      raise RunFailed(
+          f"The required {phase} action {name!r} failed at step {step}: "
+          f"{said}." + (f" Saved {saved}." if saved else "") +
+          f" Fix the action (or register it without required=True) and "
+          "relaunch to resume.") from error
+    if count == 1:
+      print(f"warning: the {phase} action {name!r} failed at step {step}: "
+            f"{said}. The run goes on; each failure is counted in the run "
+            "summary (action_failures) and logged with its traceback in the "
+            "log file.", file=sys.stderr, flush=True)
+
+
+class Guarded:
+  """An action whose exceptions its `Guard` counts and reports.
+
+  Exceptions of `OUTCOMES` and those that are not an `Exception` (a second
+  signal, `SystemExit`) pass through unchanged.
+  """
+
+  def __init__(self, action: Action, *, key: str, guard: Guard,
+               required: bool = False):
+    self.action = action
+    self.key = key
+    self.required = required
+    self._guard = guard
+
+  def __call__(self, output: Output) -> None:
+    try:
+      self.action(output)
+    except OUTCOMES:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      self._guard.failed(self.key, e, self.required)
+
+
+def save_now(manager: tf.train.CheckpointManager,
+             global_step: tf.Variable) -> str:
+  """Saves a checkpoint at the current step, unless the latest is at it.
+
+  Returns the path of the checkpoint at that step.
+  """
+  step = int(global_step.numpy())
+  if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
+    manager.save(checkpoint_number=step, check_interval=False)
+  manager.sync()
+  return manager.latest_checkpoint
 
 
 class EMACheckpointing(tfm_actions.EMACheckpointing):

@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import os
 import tempfile
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
 import orbit
@@ -37,6 +37,7 @@ from tfm_ext import determinism
 from tfm_ext import eval_count
 from tfm_ext import failures
 from tfm_ext import lease
+from tfm_ext import notify
 from tfm_ext import preemption
 from tfm_ext import strategies
 from tfm_ext import summaries
@@ -62,6 +63,8 @@ class Parts:
   trained: bool = False
   # Held by a training run's chief; `driver.run_parts` releases it.
   trainer_lease: Optional[lease.Lease] = None
+  # `<phase>/<action>` -> how often it raised (`actions.Guard`).
+  action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class FirstStepThenEvery:
@@ -93,7 +96,8 @@ class Supplied:
   the actions run after the driver's own; `controller_cls` replaces
   `orbit.Controller`; the summary managers replace ours, and without
   `save_summary` no summaries are written. `post_eval` builds the evaluator
-  for an evaluation after a training-only mode.
+  for an evaluation after a training-only mode. A `notifier`
+  (`tfm_ext.notify`) is told of each loop and evaluation.
   """
   task: Optional[base_task.Task] = None
   trainer: Optional[base_trainer.Trainer] = None
@@ -104,6 +108,7 @@ class Supplied:
   eval_summary_manager: Any = None
   save_summary: bool = True
   post_eval: bool = False
+  notifier: Optional[notify.Notifier] = None
 
 
 def assemble(plan, watcher: preemption.SignalWatcher,
@@ -195,12 +200,26 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   context = actions.ActionContext(
       params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
       checkpoint_manager=manager, strategy=strategy, chief=chief)
+  # A required action that fails saves first where this process may save:
+  # a training run on one worker (elsewhere a save is a collective).
+  guard = actions.Guard(
+      global_step=lambda: int(step.numpy()),
+      save=(lambda: actions.save_now(manager, trainer.global_step))
+      if mode.trains and not strategies.is_multi_worker(strategy) else None)
+  notified = {phase: [] for phase in actions.PHASES}
+  if supplied.notifier:
+    notes = notify.Progress(supplied.notifier, progress=progress,
+                            global_step=lambda: int(step.numpy()))
+    notified = {phase: [guard(getattr(notes, phase), phase=phase,
+                              name="notify")] for phase in actions.PHASES}
   train_actions = (_train_actions(context, progress, train_summaries, watcher,
-                                  supplied=supplied.train_actions)
+                                  guard, supplied=supplied.train_actions,
+                                  notified=notified["train"])
                    if mode.trains else [])
   eval_actions = _eval_actions(context, eval_progress, eval_summaries,
-                               watcher, trains=mode.trains,
-                               supplied=supplied.eval_actions)
+                               watcher, guard, trains=mode.trains,
+                               supplied=supplied.eval_actions,
+                               notified=notified["eval"])
   if held:  # A run that lost the lease stops before it writes more.
     train_actions, eval_actions = ([held.check] + train_actions,
                                    [held.check] + eval_actions)
@@ -231,7 +250,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                deterministic=deterministic, restored_step=restored_step,
                trained=bool(mode.trains and restored_step
                             and restored_step >= params.trainer.train_steps),
-               trainer_lease=held)
+               trainer_lease=held, action_failures=guard.failures)
 
 
 def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
@@ -273,14 +292,16 @@ def _restore_on_every_worker(trainer, latest: Optional[str],
 
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
-                   watcher, supplied=()) -> List[actions.Action]:
-  """Recovery, TFM's, registered ones, progress, results, save-and-stop.
+                   watcher, guard: actions.Guard, supplied=(),
+                   notified=()) -> List[actions.Action]:
+  """Recovery, TFM's, registered, progress, results, notify, save-and-stop.
 
   Registered actions come before the progress line, so what they add to a
   loop's output is printed and, as Orbit writes summaries after the
   actions, summarized. The save-and-stop action comes after every action
   that may fail the loop or roll it back, so a preempted run never saves a
-  loop that diverged.
+  loop that diverged. All but recovery and save-and-stop are guarded
+  (`actions.Guard`): one that raises is reported and the run goes on.
   """
   trainer, strategy = context.trainer, context.strategy
   config = context.params.trainer
@@ -302,17 +323,20 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
     stop = preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=trainer.global_step, summary_manager=summary_manager)
-  return (recovery + tfm + actions.registered("train", context)
-          + list(supplied) + [progress]
-          + curves.refresh_actions(context, "train") + [stop])
+  return (recovery + guard.all("train", (
+      tfm + actions.registered("train", context, guard) + list(supplied)
+      + [progress] + curves.refresh_actions(context, "train")
+      + list(notified))) + [stop])
 
 
 def _eval_actions(context: actions.ActionContext, progress, summary_manager,
-                  watcher, trains: bool, supplied=()) -> List[actions.Action]:
-  """TFM's, registered ones, progress, results, save-and-stop if training.
+                  watcher, guard: actions.Guard, trains: bool, supplied=(),
+                  notified=()) -> List[actions.Action]:
+  """TFM's, registered, progress, results, notify, save-and-stop if training.
 
-  As for training, registered actions come before the progress line. An
-  evaluator never writes checkpoints: only training modes save.
+  As for training, registered actions come before the progress line, and
+  all but save-and-stop are guarded. An evaluator never writes
+  checkpoints: only training modes save.
   """
   tfm = actions.tfm_eval_actions(context.params, context.trainer,
                                  context.model_dir)
@@ -322,5 +346,7 @@ def _eval_actions(context: actions.ActionContext, progress, summary_manager,
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=context.trainer.global_step,
         summary_manager=summary_manager)]
-  return (tfm + actions.registered("eval", context) + list(supplied)
-          + [progress] + curves.refresh_actions(context, "eval") + stop)
+  return guard.all("eval", (
+      tfm + actions.registered("eval", context, guard) + list(supplied)
+      + [progress] + curves.refresh_actions(context, "eval")
+      + list(notified))) + stop

@@ -33,6 +33,8 @@ HARMLESS = (
     "runtime.mirror_one_device",
     # Threads change neither the data's order nor the iterator's checkpoint.
     "runtime.dataset_num_private_threads",
+    # Where progress is POSTed (`tfm_ext.notify`).
+    "runtime.notify_url",
 )
 
 

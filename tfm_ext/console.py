@@ -97,6 +97,8 @@ class TrainProgress:
     self._smoothed: Optional[tuple] = None  # (steps, seconds) a loop, averaged.
     self.time_to_first_step: Optional[float] = None
     self.examples_per_second: Optional[float] = None
+    # Seconds left, as the last line said (None until a second loop ended).
+    self.eta_seconds: Optional[float] = None
     self.last_logs: Dict[str, float] = {}
 
   def __call__(self, output: Mapping[str, Any]) -> None:
@@ -123,8 +125,8 @@ class TrainProgress:
         self.examples_per_second = steady_rate
         # From steps, not examples: a task may leave global_batch_size 0.
         remaining = max(self._total_steps - step, 0)
-        eta = remaining * steady_seconds / steady_steps
-        parts.append(f"ETA {_format_duration(eta)}")
+        self.eta_seconds = remaining * steady_seconds / steady_steps
+        parts.append(f"ETA {_format_duration(self.eta_seconds)}")
     self._last = (step, now)
     print(" | ".join(parts), file=self._stream, flush=True)
 

@@ -34,6 +34,7 @@ from tfm_ext import failures
 from tfm_ext import input_files
 from tfm_ext import model_dir_check
 from tfm_ext import modes
+from tfm_ext import notify
 from tfm_ext import params_file
 from tfm_ext import preemption
 from tfm_ext import preflight
@@ -57,6 +58,9 @@ class RunRequest:
   allow_config_change: bool = False
   # TFM's --enable_async_checkpointing: save in a background thread.
   enable_async_checkpointing: bool = False
+  # --notify_url: where progress is POSTed (`tfm_ext.notify`); beats
+  # runtime.notify_url.
+  notify_url: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +82,7 @@ def prepare(request: RunRequest) -> Plan:
   trainer_cls = trainers.get_trainer(params.trainer.name)
   config_checks.check(params, trains=mode.trains, evaluates=mode.evaluates)
   preflight.check_runtime(params.runtime)
+  notify.check(notify.url_of(request))
   strategy = strategies.build_strategy(params)
   preflight.check(params, trains=mode.trains, evaluates=mode.evaluates,
                   needs_checkpoint=mode.needs_checkpoint,
@@ -109,7 +114,9 @@ TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
                       watcher: Optional[preemption.SignalWatcher] = None,
-                      sleep=time.sleep) -> RunSummary:
+                      sleep=time.sleep,
+                      notifier: Optional[notify.Notifier] = None
+                      ) -> RunSummary:
   """Runs `plan`, rebuilding and resuming after transient errors.
 
   Restarts at most `recovery.max_restarts` times, waiting
@@ -120,7 +127,7 @@ def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
     if restarts:
       plan = prepare(plan.request)
     try:
-      summary = run(plan, watcher=watcher)
+      summary = run(plan, watcher=watcher, notifier=notifier)
     except TRANSIENT_ERRORS as e:
       # TensorFlow cannot set up collectives twice in one process: a
       # multi-worker job exits and its cluster manager restarts it.
@@ -142,7 +149,8 @@ def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
 
 
 def run(plan: Plan,
-        watcher: Optional[preemption.SignalWatcher] = None) -> RunSummary:
+        watcher: Optional[preemption.SignalWatcher] = None,
+        notifier: Optional[notify.Notifier] = None) -> RunSummary:
   """Builds the parts and runs the mode; returns what happened.
 
   A run stopped by a signal (its checkpoint saved) returns status
@@ -150,7 +158,8 @@ def run(plan: Plan,
   diverged; the last checkpoint intact) "failed"; `message` says why.
   """
   watcher = watcher or preemption.SignalWatcher(signals=())
-  return run_parts(plan, assembly.assemble(plan, watcher), watcher)
+  return run_parts(plan, assembly.assemble(
+      plan, watcher, assembly.Supplied(notifier=notifier)), watcher)
 
 
 def run_parts(plan: Plan, parts: assembly.Parts,
@@ -288,4 +297,5 @@ def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
       examples_per_second=parts.progress.examples_per_second,
       time_to_first_step_seconds=parts.progress.time_to_first_step,
       wall_seconds=time.time() - request.start_time,
-      chief=parts.chief)
+      chief=parts.chief,
+      action_failures=dict(parts.action_failures))

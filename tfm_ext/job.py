@@ -7,7 +7,9 @@ a signal before the first step, or to an evaluator), 3 failed on its data
 permission), 2 bad input found only once running (`tfm_ext.failures`). Each
 writes the run summary (`run_summary.json`; `eval_summary.json` or
 `export_summary.json` for a mode that does not train) and the operative gin config first, when the run
-got that far, and copies the log into a bucket `model_dir` last.
+got that far, then sends the run's `end` notification (`tfm_ext.notify`,
+however the run ended, in bounded time), and copies the log into a bucket
+`model_dir` last.
 """
 
 import logging as std_logging
@@ -23,6 +25,7 @@ from tfm_ext import console
 from tfm_ext import driver
 from tfm_ext import failures
 from tfm_ext import modes
+from tfm_ext import notify
 from tfm_ext import preemption
 from tfm_ext import run_summary
 from tfm_ext import strategies
@@ -43,10 +46,13 @@ def run(plan: driver.Plan,
   save_log = console.log_to_files(
       request.model_dir if strategies.is_chief_process() else None)
   failures.set_run(log_file=logging.get_log_file_name() or "the console")
+  notifier = notify.for_request(request, strategies.is_chief_process())
+  summary = None
   try:
     with failures.boundary(), preemption.SignalWatcher() as watcher:
       try:
-        summary = driver.run_with_recovery(plan, recovery, watcher)
+        summary = driver.run_with_recovery(plan, recovery, watcher,
+                                           notifier=notifier)
       except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
         exit_with(e, preemption.EXIT_CODE, "preempted")
       finish(request, summary)
@@ -58,6 +64,7 @@ def run(plan: driver.Plan,
   finally:
     # Every way out passes here (the exits above are SystemExit, a second
     # signal a KeyboardInterrupt); only SIGKILL skips it.
+    notify.run_ended(notifier, summary, sys.exc_info()[1])
     save_log()
 
 

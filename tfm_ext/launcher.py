@@ -97,6 +97,11 @@ flags.DEFINE_bool(
     "print_config", False,
     "Print the operative config of --experiment as YAML, every file, "
     "override and flag applied, and write nothing.")
+flags.DEFINE_string(
+    "notify_url", None,
+    "POST the run's progress as JSON to this URL after each training loop "
+    "and evaluation, and when it ends (tfm_ext.notify); beats "
+    "runtime.notify_url and, unlike it, is not saved in params.yaml.")
 flags.DEFINE_multi_string(
     "registry", None,
     "A module to import for its registrations (experiments, tasks, trainers, "
@@ -227,7 +232,8 @@ def _request() -> driver.RunRequest:
       model_dir=model_dir, params=params,
       start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change,
-      enable_async_checkpointing=FLAGS.enable_async_checkpointing)
+      enable_async_checkpointing=FLAGS.enable_async_checkpointing,
+      notify_url=FLAGS.notify_url or "")
 
 
 def _sources() -> params_lib.ConfigSources:

@@ -44,9 +44,11 @@ SECTIONS = ("trainer", "runtime")
 # Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.determinism`'s,
 # whether `mirrored` on one CPU device keeps TFM's one-replica mirror
 # (`tfm_ext.strategies.build_strategy`; false: no strategy), and whether the
-# train step compiles with XLA on a CPU (`tfm_ext.devices.xla_scope`).
+# train step compiles with XLA on a CPU (`tfm_ext.devices.xla_scope`), and
+# where progress is POSTed (`tfm_ext.notify`).
 RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
-                  "mirror_one_device": True, "xla_on_cpu": False}
+                  "mirror_one_device": True, "xla_on_cpu": False,
+                  "notify_url": ""}
 
 
 def added_defaults() -> Dict[str, Dict[str, Any]]:

@@ -68,6 +68,9 @@ class RunSummary:
   # False on the non-chief workers of a multi-worker job, which write no
   # summary into model_dir.
   chief: bool = True
+  # `<phase>/<action>` -> how often that action raised while the run went
+  # on (`tfm_ext.actions.Guard`); a required one's failure ends the run.
+  action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None
