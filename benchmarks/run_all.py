@@ -33,22 +33,25 @@ from benchmarks import training_loops
 
 RESULTS_DIR = _common.script("results")
 HEADLINE = ("ours", "stock_tfm", "handwritten", "keras_fit")
-# Per mode: session name -> (workload, variants, rounds, loops per window).
+# Per mode: session name -> (workload, variants, rounds, loops per window,
+# and a budget in seconds, start-up included: on a slow day a session
+# measures fewer rounds, and the quick mode still ends within 10 minutes).
 SESSIONS = {
     "quick": {
         "digits_convnet": ("digits_convnet", HEADLINE + ("ours_private_pool",),
-                           8, 3),
-        "resnet50": ("resnet50", ("ours", "stock_tfm"), 6, 1),
+                           10, 2, 330),
+        "resnet50": ("resnet50", ("ours", "stock_tfm"), 8, 1, 210),
     },
     "full": {
         "digits_convnet": ("digits_convnet", HEADLINE + (
             "keras_fit_tensorboard", "ours_private_pool", "ours_no_strategy",
-            "ours_xla"), 12, 4),
-        "resnet50": ("resnet50", HEADLINE, 10, 2),
+            "ours_xla"), 16, 3, 1500),
+        "resnet50": ("resnet50", HEADLINE, 12, 2, 1200),
         "resnet50_defaults": ("resnet50", ("ours", "ours_no_strategy",
-                                           "ours_xla"), 6, 2),
+                                           "ours_xla"), 8, 2, 900),
         # Emulated bfloat16 (no AVX512-BF16 or AMX) takes ten times as long.
-        "resnet50_bfloat16": ("resnet50", ("ours", "ours_bfloat16"), 3, 1),
+        "resnet50_bfloat16": ("resnet50", ("ours", "ours_bfloat16"), 4, 1,
+                              600),
     },
     "smoke": {"digits_convnet": ("digits_convnet", ("ours", "stock_tfm"), 1,
                                  1)},
@@ -215,7 +218,7 @@ def run(mode: str, label: str = "", busy: int = 0,
   With `busy`, that many cores spin in other processes for the whole run.
   """
   started = time.time()
-  results: Dict[str, Any] = {"mode": mode, "label": label,
+  results: Dict[str, Any] = {"mode": mode, "label": label, "complete": False,
                              "busy_cores_throughout": busy,
                              "machine": _common.machine(), "sessions": {}}
   name = time.strftime("%Y-%m-%d-%H%M", time.gmtime()) + f"-{mode}" + (
@@ -224,10 +227,13 @@ def run(mode: str, label: str = "", busy: int = 0,
   os.makedirs(out_dir, exist_ok=True)
   with _common.Spinners(busy) as spinners:
     spinners.hold(busy)
-    for session, (workload, variants, rounds, loops) in SESSIONS[mode].items():
+    for session, (workload, variants, rounds, loops, *budget) in SESSIONS[
+        mode].items():
       print(f"== {session}: {', '.join(variants)}", flush=True)
       results["sessions"][session] = training_loops.pairs(
-          training_loops.WORKLOADS[workload], variants, rounds, loops)
+          training_loops.WORKLOADS[workload], variants, rounds, loops,
+          budget=budget[0] if budget else None)
+      _save(path, results, started)
     for script in SCRIPTS if mode == "full" else ():
       for condition, cores in training_loops.CONDITIONS.items():
         print(f"== {script} ({condition})", flush=True)
@@ -237,9 +243,16 @@ def run(mode: str, label: str = "", busy: int = 0,
                             timeout=3600)
           results.setdefault("scripts", {}).setdefault(script, {})[
               condition] = json.load(f)
+        _save(path, results, started)
+  results["complete"] = True
+  _save(path, results, started)
+  return path
+
+
+def _save(path: str, results: Dict[str, Any], started: float) -> None:
+  # After each part: a run stopped part-way keeps what it measured.
   results["minutes"] = round((time.time() - started) / 60, 1)
   _common.write_json(path, results)
-  return path
 
 
 # -- Figures ------------------------------------------------------------------
@@ -399,7 +412,8 @@ def render(directory: str) -> str:
       ratios = pair_ratios(session, "stock_tfm")
       load_avg = statistics.median(w[session["window_fields"].index(
           "load_1min")] for w in session["windows"])
-      rows.append([_source(run), f"{run['mode']} {run['label']}".strip(),
+      rows.append([_source(run), f"{run['mode']} {run['label']}".strip() + (
+          "" if run.get("complete", True) else " (stopped part-way)"),
                    run["busy_cores_throughout"], name, *(
                        _fmt(ratios.get(c, {}).get(f)) for f in ("cpu", "wall")
                        for c in training_loops.CONDITIONS), f"{load_avg:.1f}",

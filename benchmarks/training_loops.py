@@ -270,13 +270,19 @@ class Live:
 
 def pairs(workload: Workload, names: Sequence[str], rounds: int,
           loops: int = 2, conditions: Sequence[str] = tuple(CONDITIONS),
-          timeout: float = 600.0) -> Dict[str, Any]:
-  """Measures `names` (`VARIANTS`) in `rounds` interleaved rounds.
+          budget: Optional[float] = None, timeout: float = 600.0
+          ) -> Dict[str, Any]:
+  """Measures `names` (`VARIANTS`) in up to `rounds` interleaved rounds.
+
+  With `budget` (seconds, start-up included), no round starts that the
+  last one's duration says would end past it, once `MIN_ROUNDS` ran: a
+  slow day gives fewer pairs, not a longer run.
 
   Returns `windows`, one row per window (`WINDOW_FIELDS`), and per variant
   its time to first step (one process each, started one after another
   while the others were stopped) and peak memory.
   """
+  started = time.time()
   counters = hardware_counters()
   live: Dict[str, Live] = {}
   out: Dict[str, Any] = {
@@ -297,7 +303,12 @@ def pairs(workload: Workload, names: Sequence[str], rounds: int,
       out["variants"][name] = {"first_step_seconds": first[0],
                                "extra": VARIANTS[name].extra}
       print(f"{name}: first step after {first[0]:.1f}s", flush=True)
+    last_round = 0.0
     for r in range(rounds):
+      round_start = time.time()
+      if budget and r >= MIN_ROUNDS and (
+          round_start + last_round - started > budget):
+        break
       for condition in _common.rotated(list(conditions), r):
         busy.hold(CONDITIONS[condition])
         for name in _common.rotated(list(names), r):
@@ -317,6 +328,7 @@ def pairs(workload: Workload, names: Sequence[str], rounds: int,
           print(f"[{r + 1}/{rounds}] {condition} {name}: "
                 f"{row[4] / steps * 1e3:.2f} ms/step wall, "
                 f"{row[5] / steps * 1e3:.2f} ms CPU", flush=True)
+      last_round = time.time() - round_start
   finally:
     busy.close()
     for name, child in live.items():
@@ -325,6 +337,7 @@ def pairs(workload: Workload, names: Sequence[str], rounds: int,
   return out
 
 
+MIN_ROUNDS = 3
 WINDOW_FIELDS = ("round", "condition", "variant", "steps", "wall_s", "cpu_s",
                  "load_1min")
 
