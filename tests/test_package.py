@@ -98,7 +98,9 @@ def test_registry_imports_a_downstream_repos_registrations(installed,
       "class Mine(tfm_ext.CustomTrainer):\n"
       "  '''My own trainer.'''\n")
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  env.update(TFM_EXT_DATA_DIR=data_dir, PYTHONPATH=str(tmp_path))
+  # Run from the project's directory, not on PYTHONPATH: the console script
+  # finds it there as `python -m` would.
+  env.update(TFM_EXT_DATA_DIR=data_dir)
   proc = subprocess.run(
       [str(bin_dir / "tfm-ext-train"), "--registry=my_project.registry_imports",
        "--list"], capture_output=True, text=True, timeout=300, env=env,
@@ -110,3 +112,5 @@ def test_registry_imports_a_downstream_repos_registrations(installed,
       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
   assert missing.returncode == 2
   assert "--registry=no_such.module cannot be imported" in missing.stderr
+  assert (f"Python looked for 'no_such' in the current directory ({tmp_path}, "
+          "on its path)") in missing.stderr

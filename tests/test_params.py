@@ -72,9 +72,28 @@ def test_tfm_experiment_without_name_field_gets_default_trainer():
   assert params.trainer.name == "tfm_base"
 
 
-def test_unknown_override_key_is_named():
-  with pytest.raises(UsageError, match="'trian_steps'"):
+def test_unknown_override_key_names_the_closest_keys():
+  with pytest.raises(UsageError) as e:
     build(params_override="trainer.trian_steps=3")
+  assert "sets trainer.trian_steps, a key the experiment config" in str(e.value)
+  assert "Closest: trainer.train_steps" in str(e.value)
+  with pytest.raises(UsageError, match="Closest: task.model[.] The keys of "
+                     "task: .*train_data, validation_data[.]"):
+    build(params_override="task.modell.name=x")
+
+
+@pytest.mark.parametrize("section,wrong,right,other", [
+    ("optimizer", "adamm", "adam", "'sgd'"),
+    ("learning_rate", "cosin", "cosine", "'stepwise'"),
+    ("warmup", "liner", "linear", "'polynomial'")])
+def test_an_unknown_one_of_type_lists_the_types(section, wrong, right, other):
+  with pytest.raises(UsageError) as e:
+    build(params_override=f"trainer.optimizer_config.{section}.type={wrong}")
+  message = str(e.value)
+  assert (f"Unknown trainer.optimizer_config.{section}.type {wrong!r}. "
+          f"Did you mean {right!r}?") in message
+  assert f"The types of trainer.optimizer_config.{section}: " in message
+  assert other in message
 
 
 def test_unknown_trainer_lists_registered_trainers():

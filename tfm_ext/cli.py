@@ -7,7 +7,16 @@
 
 
 def main() -> None:
-  """Runs the launcher; its import quiets TensorFlow's start-up first."""
+  """Runs the launcher; its import quiets TensorFlow's start-up first.
+
+  The current directory comes first on `sys.path`, as with
+  `python -m tfm_ext`, so `--registry=my_project.registry_imports` finds a
+  project run from its own directory.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  if os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
   # A signal while TensorFlow loads: exit 42, nothing to save yet.
   from tfm_ext import _startup_signals  # pylint: disable=g-import-not-at-top
   _startup_signals.install()

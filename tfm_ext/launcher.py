@@ -171,7 +171,24 @@ def import_registries(modules) -> None:
     try:
       importlib.import_module(module)
     except ImportError as e:
-      raise UsageError(f"--registry={module} cannot be imported: {e}") from e
+      raise UsageError(f"--registry={module} cannot be imported: {e}."
+                       f"{_where_python_looked(module, e)}") from e
+
+
+def _where_python_looked(module: str, error: ImportError) -> str:
+  """What to do when `module` (or its package) is not on `sys.path`."""
+  top = module.split(".")[0]
+  if not isinstance(error, ModuleNotFoundError) or error.name not in (
+      module, top) and not module.startswith(f"{error.name}."):
+    return f" ({module} was found; one of its own imports failed.)"
+  cwd = os.getcwd()
+  on_path = cwd in map(os.path.abspath, filter(None, sys.path)) or (
+      "" in sys.path)
+  return (f" Python looked for {top!r} in the current directory ({cwd}, "
+          f"{'on' if on_path else 'NOT on'} its path) and in the installed "
+          "packages. Run from the directory that holds "
+          f"{top}/ (`tfm-ext-train` and `python -m tfm_ext` add it), add that "
+          f"directory with PYTHONPATH=DIR, or `pip install -e` the project.")
 
 
 def main(argv) -> None:

@@ -17,6 +17,7 @@ flag twice on the command line (`check_repeated_flags`), is refused.
 """
 
 import dataclasses
+import difflib
 import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -232,12 +233,32 @@ def build(sources: ConfigSources,
   if trained is not None:
     _check_evaluation_only(trained, params.as_dict(), follow)
 
+  _check_one_ofs(params)
   try:
     params.validate()
   except (KeyError, ValueError, AssertionError) as e:
     raise UsageError(f"The experiment config is invalid: {e}") from e
   params.lock()
   return params
+
+
+def _check_one_ofs(config, path: str = "") -> None:
+  """Every one-of section (optimizer, schedule...) names one of its types.
+
+  TFM says only "type: 'adamm' is not a valid key!"; here the section, the
+  types it has and the closest one are named.
+  """
+  if isinstance(config, hyperparams.OneOfConfig):
+    chosen = config.type
+    types = [k for k in vars(config) if k != "type" and k[0] != "_"]
+    if chosen is not None and chosen not in types:
+      raise UsageError(registry.unknown_name_message(
+          f"{path}.type", chosen, sorted(types),
+          known_as=f"The types of {path}"))
+  if isinstance(config, hyperparams.Config):
+    for key in vars(config):
+      if not key.startswith("_"):
+        _check_one_ofs(getattr(config, key), f"{path}.{key}".lstrip("."))
 
 
 def trainer_params(model_dir: str) -> str:
@@ -362,11 +383,37 @@ def _override(params, tree: Dict[str, Any], where: str):
   try:
     return hyperparams.override_params_dict(params, tree, is_strict=True)
   except KeyError as e:
+    unknown = _unknown_key(params.as_dict(), tree)
+    if unknown is None:  # TFM's own wording, should the walk not find it.
+      raise UsageError(
+          f"{where} sets a key that the experiment config does not have: "
+          f"{_short(e.args[0] if e.args else e)}") from e
+    path, known = unknown
+    parent, _, key = path.rpartition(".")
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+    hint = (" Closest: " + ", ".join(
+        ".".join(filter(None, (parent, k))) for k in close) + "."
+            if close else "")
     raise UsageError(
-        f"{where} sets a key that the experiment config does not have: "
-        f"{_short(e.args[0] if e.args else e)}") from e
+        f"{where} sets {path}, a key the experiment config does not "
+        f"have.{hint} The keys of {parent or 'the config'}: "
+        f"{', '.join(sorted(known))}.") from e
   except (ValueError, TypeError, AttributeError) as e:
     raise UsageError(f"{where} could not be applied: {_short(e)}") from e
+
+
+def _unknown_key(config: Dict[str, Any], tree: Dict[str, Any],
+                 path: str = "") -> Optional[Tuple[str, List[str]]]:
+  """The first key of `tree` that `config` lacks, and the keys beside it."""
+  for key, value in tree.items():
+    where = f"{path}.{key}".lstrip(".")
+    if key not in config:
+      return where, list(config)
+    if isinstance(value, dict) and isinstance(config[key], dict):
+      found = _unknown_key(config[key], value, where)
+      if found:
+        return found
+  return None
 
 
 def _short(error: object, limit: int = 1000) -> str:
