@@ -37,24 +37,13 @@ needs_tfrs = pytest.mark.skipif(
     "\".[ranking]\" or \".[test]\")")
 
 
-def tiny(tmp_path, synthetic=True):
-  """dlrm_criteo shrunk: 3 small tables, batches of 16, 20 steps.
+def tiny(tmp_path):
+  """dlrm_criteo's smoke run, with TFM's own test's input paths.
 
-  Its input paths are those of TFM's own ranking test (`train/*`,
-  `eval/*`), under `tmp_path`: they match no file.
+  Those (`train/*`, `eval/*`, under `tmp_path`) match no file.
   """
-  return ",".join([
-      f"task.use_synthetic_data={str(synthetic).lower()}",
-      f"task.train_data.input_path={tmp_path}/train/*",
-      f"task.validation_data.input_path={tmp_path}/eval/*",
-      "task.model.vocab_sizes=[40,30,20]", "task.model.embedding_dim=4",
-      "task.model.bottom_mlp=[8,4]", "task.model.top_mlp=[8,1]",
-      "task.train_data.global_batch_size=16",
-      "task.validation_data.global_batch_size=16",
-      "trainer.train_steps=20", "trainer.steps_per_loop=10",
-      "trainer.summary_interval=10", "trainer.checkpoint_interval=10",
-      "trainer.validation_interval=10", "trainer.validation_steps=5",
-      "runtime.distribution_strategy=one_device"])
+  return (f"{ranking.SMOKE},task.train_data.input_path={tmp_path}/train/*,"
+          f"task.validation_data.input_path={tmp_path}/eval/*")
 
 
 @pytest.mark.slow
