@@ -162,7 +162,10 @@ def test_no_checkpoint_within_timeout_raises_usage_error_without_waiting(
   waited = fake.now - 1000.0
   assert set(fake.sleeps) == {continuous_eval.POLL_SECONDS}
   assert waited > 30 >= waited - continuous_eval.POLL_SECONDS
-  assert os.listdir(tmp_path) == []  # Nothing written: no ledger record.
+  # Nothing left: no ledger record; its presence (eval_claims.announced)
+  # removed as it stopped.
+  assert os.listdir(tmp_path) in ([], [eval_claims.PRESENCE])
+  assert not os.listdir(tmp_path / eval_claims.PRESENCE)
 
 
 # -- An evaluator stopped while it holds a claim ---------------------------

@@ -22,19 +22,29 @@ save that was killed).
 With `--enable_async_checkpointing` TFM hands Orbit's controller the option,
 and only the controller's saves are asynchronous; here every save of the
 manager is (`AsyncSavingManager`), so none races another.
+
+A save's sweep past `max_to_keep` keeps what a live evaluator has not
+evaluated yet, bounded (`tfm_ext.retention`). The lease's holder, at its
+manager's build, deletes what a save that did not finish left: the fenced
+saves' `*_fenced*` files and TensorFlow's own `ckpt-<step>_temp` folder (a
+killed asynchronous save's); a save of the same process still in flight is
+waited for first.
 """
 
 import copy
 import os
 import secrets
 from typing import Callable, Optional
+import weakref
 
 from absl import logging
 import tensorflow as tf
 
 from tensorflow.python.checkpoint import checkpoint as checkpoint_lib  # pylint: disable=g-direct-tensorflow-import
 
+from tfm_ext import checkpoint_state
 from tfm_ext import failures
+from tfm_ext import retention
 
 
 def build_manager(trainer, directory: str, trainer_config, *,
@@ -67,30 +77,45 @@ def build_manager(trainer, directory: str, trainer_config, *,
     manager.before_save = before_save
     manager._checkpoint = _WrittenAside(manager._checkpoint, before_save)
     clear_aside(directory)
+  _managers.add(manager)
   return manager
 
 
-# What a fenced save writes before its files take their names.
+# What a fenced save writes before its files take their names, and what
+# TensorFlow's writes before the merge that names them (`<prefix>_temp/`).
 _ASIDE = "_fenced"
+_TEMP = f"{checkpoint_state.PREFIX}-*_temp*"
+# This process's managers: a save of theirs may be in flight (an
+# asynchronous one, across an in-process restart).
+_managers = weakref.WeakSet()
 
 
 def clear_aside(directory: str) -> None:
-  """Deletes the files a fenced save in `directory` left under its own name.
+  """Deletes what saves in `directory` that did not finish left there.
 
-  Called by the lease's holder, the one process that saves there.
+  Called by the lease's holder, the one process that saves there, before
+  its manager's first save. Waits first for the saves of this process's
+  other managers of `directory`: those are not left over.
   """
-  for path in _delete(os.path.join(directory, f"*{_ASIDE}*")):
-    logging.warning("Deleted %s, left by a save that did not finish.", path)
+  for manager in list(_managers):
+    if manager.directory == directory:
+      manager.sync()
+  for pattern in (f"*{_ASIDE}*", _TEMP):
+    for path in _delete(os.path.join(directory, pattern)):
+      logging.warning("Deleted %s, left by a save that did not finish.", path)
 
 
 def _delete(pattern: str):
   """Deletes what matches `pattern` (TF's `<prefix>_temp/` folders too)."""
   paths = tf.io.gfile.glob(pattern)
   for path in paths:
-    if tf.io.gfile.isdir(path):
-      tf.io.gfile.rmtree(path)
-    else:
-      tf.io.gfile.remove(path)
+    try:
+      if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+      else:
+        tf.io.gfile.remove(path)
+    except tf.errors.NotFoundError:
+      pass  # Under a folder deleted before it (an object store lists both).
   return paths
 
 
@@ -152,16 +177,36 @@ def count_interval_from(manager: Optional[tf.train.CheckpointManager],
 
 
 class PartialRestoreCheckpoint(tf.train.Checkpoint):
-  """A checkpoint whose restores expect to leave saved values unread."""
+  """A checkpoint whose restores expect to leave saved values unread.
+
+  Each restore reads the checkpoint it names, and only that one. A
+  `tf.train.Checkpoint(root=...)` creates its save counter after its first
+  restore that succeeds and fills it from the first restore it ever began
+  (TF's `_maybe_create_save_counter` takes `restore[0]`): when that one had
+  failed (a checkpoint rotated away while it was read), the next restore
+  raised NotFound naming the earlier checkpoint, and the later one was
+  recorded unreadable (issue 34). Here the counter exists from the start,
+  and each restore's deferred value for the root's (never created) save
+  counter is dropped with it.
+  """
+
+  def __init__(self, root):
+    super().__init__(root=root)
+    self._maybe_create_save_counter()
 
   def restore(self, save_path, options=None):
-    return super().restore(save_path, options).expect_partial()
+    try:
+      return super().restore(save_path, options).expect_partial()
+    finally:
+      # pylint: disable-next=protected-access
+      self.root._deferred_dependencies.pop("save_counter", None)
 
 
 class FencedManager(tf.train.CheckpointManager):
   """A manager whose saves are phase `save`, fenced by `before_save`."""
 
   before_save: Callable[[], None] = staticmethod(lambda: None)
+  _retention: Optional[retention.Retention] = None
 
   def save(self, checkpoint_number=None, check_interval=True, options=None):
     with failures.phase("save", self.directory):
@@ -175,8 +220,25 @@ class FencedManager(tf.train.CheckpointManager):
     super()._record_state()
 
   def _sweep(self):
+    """TF's sweep, but what a live evaluator waits for stays (`retention`)."""
     self.before_save()
-    super()._sweep()
+    # pylint: disable=protected-access
+    if self._max_to_keep and self._retention is None:
+      self._retention = retention.Retention(self.directory, self._max_to_keep)
+    kept, dropped = (self._retention.split(list(self._maybe_delete))
+                     if self._max_to_keep else ([], []))
+    if not kept:  # Then none is dropped either.
+      super()._sweep()
+      return
+    managed = list(self._maybe_delete.items())
+    for path in kept:
+      del self._maybe_delete[path]
+    super()._sweep()  # Deletes as TF would, of the rest.
+    left = set(self._maybe_delete)
+    self._maybe_delete.clear()
+    self._maybe_delete.update((path, stamp) for path, stamp in managed
+                              if path in left or path in kept)
+    self._retention.record_dropped(dropped)
 
   def _should_save(self, check_interval: bool) -> bool:
     """Whether `save` will write: TF's own test, step against interval."""

@@ -6,9 +6,20 @@ evaluates each one it has not evaluated before, oldest first. What it has
 evaluated is a ledger, `model_dir/eval_ledger/<checkpoint>.json`, one record
 written whole after each evaluation (an object store has no append), so a
 restarted evaluator skips it; an older evaluator's `eval_ledger.jsonl` is
-read too. A checkpoint that `max_to_keep` deleted before it was read is
-skipped with a warning and recorded as "missing", one that cannot be read
-(cut short, zeroed) as "unreadable", so neither is looked for again. One
+read too.
+
+While it runs, the evaluator is present on the model_dir
+(`eval_claims.announced`), and the trainer keeps each checkpoint that no
+evaluator has recorded yet past `max_to_keep`, up to `2 x max_to_keep` in all
+(`tfm_ext.retention`). A checkpoint deleted before it was read (rotated away
+before any evaluator was present, or beyond that bound, or by a user) is
+skipped with a warning and recorded as "missing": gone is decided by listing
+its files, which an object store answers fresh, not by a stat that TF's GCS
+client may answer from its cache. A restore that fails while the files are
+there is tried again for `_files.STALE_READ_SECONDS` (an object rewritten by
+another process reads inconsistent until TF's stat cache ages; a server
+that did not answer); one that still fails is "unreadable" (cut short,
+zeroed). Neither is looked for again. One
 whose evaluation read no batch (`tfm_ext.eval_count.EmptyEvaluation`: a
 validation set smaller than one batch with `drop_remainder`, an empty file)
 is recorded as "empty", without metrics and never ranked, with a warning
@@ -40,7 +51,7 @@ whole (skipped with a warning).
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 from absl import logging
 import orbit
@@ -104,6 +115,44 @@ def listed_checkpoints(model_dir: str) -> List[str]:
   return sorted(paths, key=checkpoint_state.step_of)
 
 
+def recorded_checkpoints(model_dir: str) -> Set[str]:
+  """The names of the checkpoints the ledger holds a record of, any status.
+
+  One listing, no record read (what the trainer asks at each save). An
+  older evaluator's `eval_ledger.jsonl` is not looked at.
+  """
+  try:
+    names = tf.io.gfile.listdir(os.path.join(model_dir, LEDGER))
+  except tf.errors.NotFoundError:
+    return set()
+  return {n[:-len(".json")] for n in names if n.endswith(".json")}
+
+
+def record_missing(model_dir: str, checkpoint_path: str, why: str,
+                   by: str) -> None:
+  """Records `checkpoint_path`, deleted before it was evaluated, as missing.
+
+  Unless a record of it is there by now: an evaluation recorded a moment
+  ago stays.
+  """
+  name = os.path.basename(checkpoint_path)
+  if tf.io.gfile.exists(os.path.join(model_dir, LEDGER, name + ".json")):
+    return
+  _files.write_record(os.path.join(model_dir, LEDGER), name,
+                      _entry(checkpoint_path, "missing", {}, by, why))
+
+
+def _entry(checkpoint_path: str, status: str, metrics: Mapping[str, float],
+           evaluator: str, why: str = "") -> Dict[str, Any]:
+  entry = {"checkpoint": os.path.basename(checkpoint_path),
+           "global_step": checkpoint_state.step_of(checkpoint_path),
+           "status": status, "metrics": dict(metrics),
+           "evaluator": evaluator, "time": time.time()}
+  if why:
+    entry["why"] = why
+  return entry
+
+
 def read_ledger(model_dir: str) -> List[Dict[str, Any]]:
   """The ledger's entries, one per checkpoint, oldest first.
 
@@ -147,10 +196,7 @@ class EvalLedger:
   def record(self, checkpoint_path: str, status: str,
              metrics: Optional[Mapping[str, float]] = None,
              evaluator: str = "") -> None:
-    entry = {"checkpoint": os.path.basename(checkpoint_path),
-             "global_step": checkpoint_state.step_of(checkpoint_path),
-             "status": status, "metrics": dict(metrics or {}),
-             "evaluator": evaluator, "time": time.time()}
+    entry = _entry(checkpoint_path, status, metrics or {}, evaluator)
     _files.write_record(self._dir, entry["checkpoint"], entry)
     self.entries[entry["checkpoint"]] = entry
 
@@ -179,8 +225,18 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
   `UsageError` when no checkpoint appears within `timeout` seconds.
   `should_stop` is polled between evaluations (a preemption signal).
   """
-  ledger = EvalLedger(model_dir)
   claims = eval_claims.Claims(model_dir, clock=clock, sleep=sleep)
+  # Present before the first listing: what the trainer rotates away from
+  # now on waits for this evaluator (see the module docstring).
+  with eval_claims.announced(model_dir, claims.owner):
+    return _evaluate_each(controller, claims, model_dir, eval_steps,
+                          train_steps, timeout, should_stop, clock, sleep)
+
+
+def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
+                   timeout, should_stop, clock, sleep):
+  """`evaluate_continuously`, once this evaluator is present."""
+  ledger = EvalLedger(model_dir)
   seen = set()
   last_new = clock()
   output = None
@@ -199,7 +255,7 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
         if ledger.recorded_elsewhere(path):
           continue
         with claims.renewed(path):
-          status = _restore(controller, path)
+          status = _restore(controller, path, sleep)
           logs = None
           if status is None:
             logs, status = _evaluate(controller, eval_steps, path)
@@ -244,23 +300,72 @@ def _evaluate(controller: orbit.Controller, eval_steps: int, path: str):
     return None, "empty"
 
 
-def _restore(controller: orbit.Controller, path: str) -> Optional[str]:
+def _restore(controller: orbit.Controller, path: str,
+             sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
   """Restores `path`; returns None, or the status to record if it cannot."""
-  try:
+
+  def restore(checkpoint_path):
     with controller.strategy.scope():
       # An evaluator has no optimizer slots to fill: partial by design.
-      controller.checkpoint_manager.checkpoint.restore(path).expect_partial()
-    return None
-  except (tf.errors.OpError, IndexError) as e:  # IndexError: cut short.
-    failures.forget_failed_restore(e)
-    cause = checkpoint_state.first_line(e)
-    if not tf.io.gfile.exists(path + ".index"):
-      logging.warning("Checkpoint %s vanished before it was evaluated "
-                      "(max_to_keep?); skipping it: %s", path, cause)
-      return "missing"
-    logging.warning("Checkpoint %s cannot be read (%s); recorded as "
-                    "unreadable and skipped.", path, cause)
-    return "unreadable"
+      controller.checkpoint_manager.checkpoint.restore(
+          checkpoint_path).expect_partial()
+
+  return restore_status(restore, path, sleep=sleep)
+
+
+# What a restore raises for a checkpoint cut short (IndexError), or that
+# TF's stat cache has the wrong length for; `tf.errors.OpError` is the rest.
+_RESTORE_ERRORS = (tf.errors.OpError, IndexError)
+# TensorFlow's errors that say the store did not answer, not that the
+# checkpoint is bad: tried again on a local disk too.
+_TRANSIENT = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+              tf.errors.AbortedError, tf.errors.ResourceExhaustedError)
+
+
+def restore_status(restore: Callable[[str], None], path: str, *,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic
+                   ) -> Optional[str]:
+  """Calls `restore(path)`; None, or "missing" or "unreadable" if it fails.
+
+  "missing" when its files are no longer listed. A failure while they are
+  is tried again until `_files.STALE_READ_SECONDS` have passed (on an object
+  store whatever it raised, since a stale length reads as inconsistent or
+  cut short; on a local disk only `_TRANSIENT` errors); then "unreadable".
+  """
+  deadline = None
+  while True:
+    try:
+      restore(path)
+      return None
+    except _RESTORE_ERRORS as e:
+      failures.forget_failed_restore(e)
+      cause = checkpoint_state.first_line(e)
+      if not _listed(path):
+        logging.warning("Checkpoint %s vanished before it was evaluated; "
+                        "recorded as missing and skipped: %s", path, cause)
+        return "missing"
+      deadline = deadline or clock() + _files.STALE_READ_SECONDS
+      retried = (isinstance(e, _TRANSIENT)
+                 or _files.local_path(path) is None)
+      if not retried or clock() > deadline:
+        logging.warning("Checkpoint %s cannot be read (%s); recorded as "
+                        "unreadable and skipped.", path, cause)
+        return "unreadable"
+      logging.info("Reading checkpoint %s failed (%s); trying again.", path,
+                   cause)
+      sleep(1.0)
+
+
+def _listed(path: str) -> bool:
+  """Whether the index and a data file of checkpoint `path` are listed.
+
+  A listing, not `exists`: TF's GCS client answers a stat of an object
+  another process deleted from its cache (`GCS_STAT_CACHE_MAX_AGE`).
+  """
+  found = tf.io.gfile.glob(path + ".*")
+  return (path + ".index" in found
+          and any(f.startswith(path + ".data-") for f in found))
 
 
 def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,

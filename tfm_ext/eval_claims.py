@@ -17,19 +17,32 @@ stays open is the time between that read and the write it guards
 (milliseconds), as for the trainer lease (`tfm_ext.lease`): an object store
 has no conditional write to close it.
 
+An evaluator is also present on the model_dir while it runs
+(`announced`): `model_dir/evaluators/<owner>.json`, its heartbeat rewritten
+every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops. The trainer reads
+it (`live_evaluators`) to keep the checkpoints a live evaluator has not
+evaluated yet (`tfm_ext.retention`). A presence is live by the trainer
+lease's rule (`tfm_ext.lease`): its heartbeat is younger than
+`PRESENCE_STALE_SECONDS` by the reader's clock, and on the reader's machine
+its process runs. Each rewrite has the same length (padded): TensorFlow's
+GCS client caches an object's length, and another process reads a record of
+the same length whole and current.
+
 The renewal period and staleness may be set by the environment
-(`TFM_EXT_CLAIM_RENEW_SECONDS`, `TFM_EXT_CLAIM_STALE_SECONDS`), for tests and
-for clusters whose pauses need more room.
+(`TFM_EXT_CLAIM_RENEW_SECONDS`, `TFM_EXT_CLAIM_STALE_SECONDS`,
+`TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS`, `TFM_EXT_EVALUATOR_STALE_SECONDS`),
+for tests and for clusters whose pauses need more room.
 """
 
 import contextlib
+import json
 import os
 import secrets
 import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -50,6 +63,17 @@ STALE_CLAIM_SECONDS = float(
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
 _PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+PRESENCE = "evaluators"
+PRESENCE_HEARTBEAT_SECONDS = float(
+    os.environ.get("TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS", "5"))
+PRESENCE_STALE_SECONDS = float(
+    os.environ.get("TFM_EXT_EVALUATOR_STALE_SECONDS", "30"))
+# Every presence record is padded to this many bytes (see the module).
+_PRESENCE_BYTES = 1024
+# Model dirs this process is present on, and how many `announced` blocks.
+_present: Dict[str, int] = {}
+_present_lock = threading.Lock()
 
 
 class Claims:
@@ -177,3 +201,99 @@ class Claims:
         "checkpoint": name, "owner": self.owner,
         "token": self._tokens.get(name, ""), **self._here,
         "pid": os.getpid(), "renewals": renewals, "time": time.time()})
+
+
+@contextlib.contextmanager
+def announced(model_dir: str, owner: str = _PROCESS_OWNER) -> Iterator[None]:
+  """This evaluator is present on `model_dir` while the block runs.
+
+  Writes its presence record before the block, rewrites its heartbeat every
+  `PRESENCE_HEARTBEAT_SECONDS`, removes it after. Re-entrant: a block
+  inside another of the same process and model_dir adds nothing.
+  """
+  path = os.path.join(model_dir, PRESENCE, _file_name(owner) + ".json")
+  with _present_lock:
+    _present[path] = _present.get(path, 0) + 1
+    first = _present[path] == 1
+  if not first:
+    try:
+      yield
+    finally:
+      with _present_lock:
+        _present[path] -= 1
+    return
+  here = {"host": socket.gethostname(), "pid_space": lease.pid_space(),
+          "pid": os.getpid()}
+  since = time.time()
+  done = threading.Event()
+
+  def write(beats: int) -> None:
+    record = {"owner": owner, **here, "since": since, "beats": beats,
+              "heartbeat": time.time()}
+    _files.write_text(path, json.dumps(record).ljust(_PRESENCE_BYTES))
+
+  def beat():
+    beats = 0
+    while not done.wait(PRESENCE_HEARTBEAT_SECONDS):
+      beats += 1
+      try:
+        write(beats)
+      except tf.errors.OpError as e:
+        logging.warning("Could not renew this evaluator's presence %s: %s",
+                        path, str(e).splitlines()[0])
+
+  thread = threading.Thread(target=beat, daemon=True, name="presence")
+  try:
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    write(0)
+    thread.start()
+    yield
+  finally:
+    done.set()
+    if thread.is_alive():
+      thread.join()
+    with _present_lock:
+      _present[path] -= 1
+    try:
+      tf.io.gfile.remove(path)
+    except tf.errors.OpError as e:
+      logging.warning("Could not remove this evaluator's presence %s (a "
+                      "trainer takes it for gone once its heartbeat is %.0f s "
+                      "old): %s", path, PRESENCE_STALE_SECONDS,
+                      str(e).splitlines()[0])
+
+
+def live_evaluators(model_dir: str, clock: Callable[[], float] = time.time
+                    ) -> List[Dict[str, Any]]:
+  """The presence records of the evaluators live on `model_dir`.
+
+  A record gone between the listing and its read, or not whole, is not
+  live; see the module docstring for the rule.
+  """
+  directory = os.path.join(model_dir, PRESENCE)
+  try:
+    names = tf.io.gfile.listdir(directory)
+  except tf.errors.NotFoundError:
+    return []
+  here = {"host": socket.gethostname(), "pid_space": lease.pid_space()}
+  live = []
+  for name in sorted(names):
+    if not name.endswith(".json"):
+      continue
+    try:
+      record = _files.read_object(os.path.join(directory, name),
+                                  {"owner": str, "heartbeat": (int, float)})
+    except (tf.errors.NotFoundError, ValueError):
+      continue
+    pid = record.get("pid")
+    if (all(record.get(k) == v for k, v in here.items())
+        and isinstance(pid, int) and pid > 0 and not lease.pid_alive(pid)):
+      continue  # Killed without removing it.
+    if clock() - record["heartbeat"] <= PRESENCE_STALE_SECONDS:
+      live.append(record)
+  return live
+
+
+def _file_name(owner: str) -> str:
+  """`owner` as an object name: no "/" (a host name has none anyway)."""
+  return owner.replace("/", "_")
