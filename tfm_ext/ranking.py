@@ -52,9 +52,12 @@ def _load():
       raise UsageError(
           "TFM's ranking trainer and task need TensorFlow Recommenders, "
           f"which is not installed: {EXTRA}.") from e
-    # TensorFlow Recommenders' own message: tf.keras is Keras 3 here.
+    # TensorFlow Recommenders' own message: tf.keras is Keras 3 here, as
+    # something in this process read it before (`tfm_ext._ranking_task`).
     raise UsageError(
-        f"TFM's ranking trainer and task cannot be loaded: {e}") from e
+        f"TFM's ranking trainer and task cannot be loaded: {e} (in the "
+        "environment before Python starts: this process read tf.keras "
+        "before they loaded, which fixed it to Keras 3)") from e
   return _ranking_task
 
 
