@@ -313,7 +313,15 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
           input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
                                       False),
           checkpoint_manager=context.checkpoint_manager)]
-  tfm = actions.tfm_train_actions(context.params, trainer, context.model_dir,
+  params = context.params
+  if strategies.is_multi_worker(strategy):
+    # TFM builds a preemption handler of its own on a multi-worker strategy
+    # (`preemption_on_demand_checkpoint`). Two in one process watch the
+    # same coordination keys: both save at the agreed step, and one dies
+    # acknowledging it twice (a thread's traceback at every preemption).
+    # `CoordinatedSaveAndStop` is that handler, with the exit.
+    params = params.replace(trainer={"preemption_on_demand_checkpoint": False})
+  tfm = actions.tfm_train_actions(params, trainer, context.model_dir,
                                   context.checkpoint_manager)
   if strategies.is_multi_worker(strategy):
     stop = preemption.CoordinatedSaveAndStop(
