@@ -255,3 +255,20 @@ def test_no_module_imports_matplotlib_on_start_up():
                        if isinstance(node, ast.ImportFrom)]
       assert not [m for m in imported if m.startswith(
           ("matplotlib", "tensorboard.backend"))], name
+
+
+def test_a_trainers_own_scalars_get_a_panel_of_their_own_when_few():
+  rows = {step: {"training_loss": 1.0 / step, "accuracy": 0.5,
+                 "validation_accuracy": 0.4, "learning_rate": 0.1,
+                 "weight_norm": 5.0 + step, "steps_per_second": 9.0}
+          for step in (1, 2, 3)}
+
+  def panels(png):
+    return tf.io.decode_png(png).numpy().shape[1] // 420
+
+  assert panels(curves.draw_curves(rows, main_metrics=["accuracy"])) == 4
+  # Without a main metric, the metrics panel takes the first four scalars.
+  assert panels(curves.draw_curves(rows)) == 3
+  many = {step: dict(values, **{f"mine_{i}": float(i) for i in range(9)})
+          for step, values in rows.items()}
+  assert panels(curves.draw_curves(many, main_metrics=["accuracy"])) == 3

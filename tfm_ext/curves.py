@@ -170,6 +170,8 @@ def draw_curves(rows: Rows, title: str = "",
   panel has several. `main_metrics` (names without the
   `validation_` prefix) picks the middle panel's scalars; by default every
   scalar that is not a loss, the learning rate or a speed, at most 4.
+  The scalars left (a trainer's or an action's own; not the exporter's
+  `best_<metric>`), if at most 4, get a fourth panel.
   """
   # Not pyplot: no global backend or figure list to change in a caller.
   # pylint: disable=g-import-not-at-top
@@ -182,11 +184,15 @@ def draw_curves(rows: Rows, title: str = "",
   others = [b for b in series
             if b not in losses and b not in rates and b not in _NOT_DRAWN]
   chosen = [b for b in (main_metrics or []) if b in others]
+  metrics = chosen or others[:_MAX_METRICS]
+  # What a trainer or action adds (a norm, a rate): drawn when few.
+  rest = [b for b in others if b not in metrics
+          and b not in (f"best_{m}" for m in metrics)]
   panels = [(name, bases) for name, bases in (
       ("loss", losses),
-      (chosen[0] if len(chosen) == 1 else "metrics",
-       chosen or others[:_MAX_METRICS]),
-      ("learning rate", rates)) if bases]
+      (chosen[0] if len(chosen) == 1 else "metrics", metrics),
+      ("learning rate", rates),
+      ("other scalars", rest if len(rest) <= _MAX_METRICS else [])) if bases]
   # Fixed margins: a layout engine would double the drawing time.
   fig = figure.Figure(figsize=(4.2 * max(len(panels), 1), 3.6), dpi=100)
   fig.subplots_adjust(left=0.2 / max(len(panels), 1), right=0.98,
