@@ -7,11 +7,14 @@ preemption save-and-stop, TFM's own actions (pruning, EMA checkpoints). A
 downstream repo adds its own without subclassing anything, by registering a
 factory:
 
-    @tfm_ext.register_action("notify", phase="eval")
-    def notify(context: tfm_ext.ActionContext):
+    @tfm_ext.register_action("upload_results", phase="eval")
+    def upload_results(context: tfm_ext.ActionContext):
       if not context.chief:
         return None  # Stays out of this run.
-      return lambda output: send(context.model_dir, output)
+      return lambda output: upload(context.model_dir, output)
+
+(Progress sent to a URL needs no action of one's own: `--notify_url`,
+`tfm_ext.notify`.)
 
 Every factory registered in the process (its module imported, as a
 `--registry` or a fork's `registry_imports` does) is called once per run,
