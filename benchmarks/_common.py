@@ -10,7 +10,6 @@ import ctypes
 import json
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -193,11 +192,22 @@ def sized_main(doc: str, measure: Callable[[Dict[str, Any]], Dict[str, Any]],
 def write_json(path: str, value: Any) -> None:
   """Writes `value` as JSON to `path`, a list of numbers or strings on one
   line (a window of `training_loops.pairs` is one line)."""
-  text = json.dumps(value, indent=1, sort_keys=True)
-  text = re.sub(r"\[[^\[\]{}]*\]",
-                lambda m: json.dumps(json.loads(m.group(0))), text)
   with open(path, "w") as f:
-    f.write(text + "\n")
+    f.write(_dumps(value) + "\n")
+
+
+def _dumps(value: Any, indent: str = "") -> str:
+  inner = indent + " "
+  if isinstance(value, dict) and value:
+    items = [f"{inner}{json.dumps(str(k))}: {_dumps(value[k], inner)}"
+             for k in sorted(value)]
+  elif isinstance(value, list) and any(isinstance(v, (dict, list))
+                                       for v in value):
+    items = [inner + _dumps(v, inner) for v in value]
+  else:
+    return json.dumps(value)
+  opening, closing = "{}" if isinstance(value, dict) else "[]"
+  return opening + "\n" + ",\n".join(items) + "\n" + indent + closing
 
 
 def machine() -> Dict[str, Any]:
