@@ -14,6 +14,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from conftest import DOUBLES_TRAIN
 from conftest import REPO
 from conftest import SMOKE
 from conftest import TRAIN
@@ -123,6 +124,13 @@ def test_list_shows_every_registry(launch_forked, tmp_path):
                    "trainers:", "custom", "tfm_base", "models:"):
     assert expected in run.stdout
   assert not os.path.exists(tmp_path / "unused")
+  # The actions registered by a launcher's registrations, with their phase.
+  run = launch_forked("--list", model_dir=tmp_path / "unused",
+                      script=DOUBLES_TRAIN)
+  assert run.returncode == 0, run
+  actions = run.stdout[run.stdout.index("actions:"):].splitlines()
+  assert any(l.split()[:2] == ["user_post", "(train)"] for l in actions)
+  assert any(l.split()[:2] == ["required_post", "(eval)"] for l in actions)
 
 
 def test_launcher_freezes_what_it_imported_and_turns_the_collector_on():

@@ -44,6 +44,7 @@ from official.core import exp_factory
 from official.core import task_factory
 
 from tfm_ext import _startup_signals
+from tfm_ext import actions
 from tfm_ext import console
 from tfm_ext import driver
 from tfm_ext import failures
@@ -91,8 +92,8 @@ flags.DEFINE_bool(
     "Resume a model_dir even though the config differs from its params.yaml "
     "in more than cadence fields (train_steps, intervals...).")
 flags.DEFINE_bool("list", False,
-                  "List registered experiments, tasks, trainers and models, "
-                  "each with a line on what it is.")
+                  "List registered experiments, tasks, trainers, models and "
+                  "actions, each with a line on what it is.")
 flags.DEFINE_bool(
     "print_config", False,
     "Print the operative config of --experiment as YAML, every file, "
@@ -143,7 +144,7 @@ def _first_line(obj) -> str:
 
 
 def registered() -> str:
-  """The registered experiments, tasks, trainers and models, one line each."""
+  """What is registered (experiments, tasks, trainers, models, actions)."""
   # pylint: disable=protected-access
   experiments = exp_factory._REGISTERED_CONFIGS
   tasks = {cls.__name__: cls
@@ -155,7 +156,10 @@ def registered() -> str:
               # Without loading a lazily registered one (its dependency).
               ("trainers", trainers.TRAINERS.entries()),
               ("models", {n: models.MODELS.get(n)
-                          for n in models.MODELS.names()})]
+                          for n in models.MODELS.names()}),
+              ("actions", {f"{n} ({phase})": actions.ACTIONS[phase].get(n)
+                           for phase in actions.PHASES
+                           for n in actions.ACTIONS[phase].names()})]
   lines = []
   for title, entries in sections:
     width = max(map(len, entries), default=0)
