@@ -137,7 +137,7 @@ _DROPPED = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 # The hosts' LAN (`Box.host`): the server's address on it, then the hosts'.
 LAN = "10.77.0.0/24"
 SERVER_IP = "10.77.0.1"
-_FIRST_HOST = 11  # host N's address is 10.77.0.(10 + N), in creation order.
+_FIRST_HOST = 11  # The n-th host made is 10.77.0.(10 + n).
 # In a host, the box's CA replaces the system's bundle.
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _CLONE_NEWNET = 0x40000000
@@ -196,6 +196,7 @@ class Box(_Jobs):
   `read`), not through TensorFlow, so a test sees what the server holds.
   Jobs see this machine's files as they were mounted when the box opened
   (its mount namespace is a private copy): a later mount is not in it.
+  `host` gives a host of the box's LAN (a `Host`), whose jobs run on it.
   """
 
   def __init__(self, state_dir, bucket=BUCKET):

@@ -13,6 +13,7 @@ checkpoint, and the trainer lease judging a holder on another host by its
 heartbeat's age alone.
 """
 
+import errno
 import json
 import os
 import signal
@@ -44,8 +45,17 @@ STALE_SECONDS = 12
 
 @pytest.fixture(scope="session")
 def hosts(gcs_box):
-  """host1, host2 and host3, made once a session in the session's box."""
-  return [gcs_box.host(f"host{i}") for i in (1, 2, 3)]
+  """host1, host2 and host3, made once a session in the session's box.
+
+  Where the box runs but hosts cannot be made (a kernel without veth or
+  bridges), a skip naming why; a failure with `TFM_EXT_GCS_BOX=required`.
+  """
+  try:
+    return [gcs_box.host(f"host{i}") for i in (1, 2, 3)]
+  except RuntimeError as e:
+    if os.environ.get("TFM_EXT_GCS_BOX") == "required":
+      pytest.fail(f"TFM_EXT_GCS_BOX=required, but no hosts in the box: {e}")
+    pytest.skip(f"no hosts in the GCS box: {e}")
 
 
 # `python SCRIPT ARGV...`, once SCRIPT's imports are done and a line came
@@ -97,14 +107,14 @@ class Job:
     return [int(line.split()[1].split("/")[0])
             for line in self.stdout().splitlines() if line.startswith("step ")]
 
-  def wait_until(self, predicate, timeout=180):
+  def wait_until(self, predicate, timeout=600):
     deadline = time.monotonic() + timeout
     while not predicate():
       assert self.proc.poll() is None, f"{self} ended first"
       assert time.monotonic() < deadline, f"{self}: not within {timeout}s"
       time.sleep(0.2)
 
-  def finish(self, timeout=300):
+  def finish(self, timeout=600):
     try:
       self.proc.wait(timeout=timeout)
     finally:
@@ -175,7 +185,6 @@ def test_each_host_has_its_name_address_and_tmp_and_reaches_the_lan_alone(
            "    print(address, e.errno)\n")
   tried = hosts[0].run([sys.executable, "-c", reach, "www.googleapis.com",
                         "host2", "8.8.8.8", "127.0.0.2"])
-  import errno  # pylint: disable=g-import-not-at-top
   assert tried.stdout.splitlines() == [
       "www.googleapis.com connected", f"host2 {errno.ECONNREFUSED}",
       f"8.8.8.8 {errno.ENETUNREACH}", f"127.0.0.2 {errno.ECONNREFUSED}"], (
@@ -203,9 +212,14 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
   prefix = f"hosts-{uuid.uuid4().hex[:8]}"
   model_dir = gcs_box.bucket_url(prefix)
   workers, evaluator_host = hosts[:2], hosts[2]
-  evaluator = Job(evaluator_host, ["--experiment=digits_rows",
-                                   "--mode=continuous_eval",
-                                   f"--model_dir={model_dir}"], str(tmp_path))
+  requests = os.path.join(gcs_box.state_dir, "requests.log")
+  seen = os.path.getsize(requests)  # The session's other tests' requests.
+  # Started first: it waits for the trainer's params.yaml, then for each
+  # checkpoint, through the preemption too (up to 300 s without one).
+  evaluator = Job(evaluator_host, [
+      "--experiment=digits_rows", "--mode=continuous_eval",
+      f"--model_dir={model_dir}",
+      "--params_override=trainer.continuous_eval_timeout=300"], str(tmp_path))
   jobs = _start_workers(workers, model_dir, str(tmp_path))
   try:
     # SIGTERM to the worker that is not the chief, once it trained a loop.
@@ -228,7 +242,7 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     # Each worker's replica saw its half of the global batch of 64.
     assert summary["train_metrics"]["rows_per_replica"] == 32
 
-    assert evaluator.finish(timeout=240) == 0, evaluator
+    assert evaluator.finish() == 0, evaluator
   finally:
     _stop([*jobs, evaluator])
   saved_steps = _checkpoint_steps(gcs_box, prefix)
@@ -244,9 +258,10 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
   assert eval_summary["global_step"] == STEPS
   # The bucket heard from each host at its own address, and from nothing
   # else: no job went through the box's loopback.
-  with open(os.path.join(gcs_box.state_dir, "requests.log")) as f:
-    clients = {line.split()[1] for line in f if f'"' in line}
-  assert {h.ip for h in hosts} <= clients, clients
+  with open(requests) as f:
+    f.seek(seen)
+    clients = {line.split()[1] for line in f if '"' in line}
+  assert clients == {h.ip for h in hosts}, clients
   # Each host kept its own files in its own /tmp: the digits cache.
   for host in hosts:
     assert host.run(["test", "-s", "/tmp/data/digits/train-00000-of-00001"
