@@ -134,14 +134,14 @@ def _iterator_growth(results):
   (b0, f0), (b1, f1) = sorted(by_buffer.items(), key=lambda kv: int(
       kv[0]))[::len(by_buffer) - 1]
   per_record = (f1["bytes"] - f0["bytes"]) / (int(b1) - int(b0))
-  model = results["resnet50_model"]["model_and_optimizer"]["bytes"]
+  model = results["resnet50_model"]["bytes"]
   return None, (f"the iterator grows by {per_record / 1e3:.1f} KB per "
                 f"buffered record (state {f0['bytes'] / 2**20:.1f} MiB at a "
                 f"buffer of {b0}); model and optimizer {model / 2**20:.0f} MiB")
 
 
 def _first_save(results):
-  model = results["resnet50_model"]["model_and_optimizer"]
+  model = results["resnet50_model"]
   return None, (f"ResNet50's first save takes {model['first_save_seconds']:.2f}"
                 f" s (it traces) and {model['bytes'] / 2**20:.0f} MiB")
 

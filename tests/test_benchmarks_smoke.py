@@ -10,6 +10,7 @@ file and its rendering) runs in seconds; the real trainers run in
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -80,6 +81,17 @@ def test_spinners_hold_as_many_cores_as_asked():
     used = [_common.cpu_seconds(pid) - b for pid, b in zip(pids, before)]
   # A loaded machine gives the running one less than a core, never none.
   assert used[0] > 0 and used[1] == 0
+
+
+@pytest.mark.skipif(not shutil.which("perf"), reason="no perf")
+def test_perf_counts_a_process_for_a_window():
+  # Software events: the path hardware counters take where a VM has them.
+  with _common.Spinners(1) as busy:
+    busy.hold(1)
+    counters = training_loops.Counters(busy._procs[0].pid, ["task-clock"])
+    time.sleep(0.3)
+    counts = counters.stop()
+  assert counts["task-clock"] > 0
 
 
 def test_a_run_writes_one_file_of_paired_windows_and_renders_its_rows(
