@@ -125,7 +125,10 @@ def test_launcher_exports_the_best_checkpoint_that_classifies_as_it_evaluated(
   assert f"export @ step {step} | {path}" in run.stdout
   assert (f"done | export | step {step} |" in run.stdout
           and f"| summary {model_dir}/export_summary.json" in run.stdout)
-  assert run.summary("export_summary.json")["mode"] == "export"
+  exported = run.summary("export_summary.json")
+  assert exported["mode"] == "export"
+  # The metrics the best list recorded for the exported checkpoint.
+  assert exported["eval_metrics"] == pytest.approx(best["metrics"])
   assert (model_dir / "eval_summary.json").read_text() == evaluated
   assert os.listdir(model_dir / "export") == [str(step)]
   serve = tf.saved_model.load(str(path)).signatures["serving_default"]
@@ -160,6 +163,36 @@ def test_without_a_best_checkpoint_the_latest_is_exported_once(
   assert f"export @ step 300 | {path} exists: not overwritten" in (
       capsys.readouterr().out)
   assert (path / "saved_model.pb").read_bytes() == pb
+
+
+def test_the_user_chooses_the_checkpoint_by_step_or_by_path(
+    trained, model_dir, launch_forked):
+  _, _, best = trained
+  # A step: the latest, not the best, whose metrics no list recorded.
+  run = launch_forked("--experiment=digits_convnet", "--mode=export",
+                      "--checkpoint_path=300", model_dir=model_dir)
+  assert run.returncode == 0, run
+  assert f"from {model_dir}/ckpt-300" in run.stdout
+  assert run.summary("export_summary.json")["eval_metrics"] == {}
+  # TFM's convention: a checkpoint's prefix, here the best by its path.
+  best_path = model_dir / "best_ckpt" / best["path"]
+  run = launch_forked("--experiment=digits_convnet", "--mode=export",
+                      f"--checkpoint_path={best_path}", model_dir=model_dir)
+  assert run.returncode == 0, run
+  assert sorted(os.listdir(model_dir / "export")) == sorted(
+      ["300", str(best["global_step"])])
+  assert run.summary("export_summary.json")["global_step"] == (
+      best["global_step"])
+  # A step or path that names nothing, or another mode: refused, unwritten.
+  for args in (("--mode=export", "--checkpoint_path=250"),
+               ("--mode=export", f"--checkpoint_path={model_dir}/ckpt-9"),
+               ("--mode=eval", "--checkpoint_path=300")):
+    before = sorted(os.listdir(model_dir))
+    run = launch_forked("--experiment=digits_convnet", *args,
+                        model_dir=model_dir)
+    assert run.returncode == 2, run
+    assert "--checkpoint_path" in run.stderr.splitlines()[-1], run.stderr
+    assert sorted(os.listdir(model_dir)) == before
 
 
 def test_an_interrupted_exports_leftover_is_cleared_first(trained,

@@ -28,8 +28,10 @@ from official.core import config_definitions
 from tfm_ext import assembly
 from tfm_ext import config_checks
 from tfm_ext import config_drift
+from tfm_ext import console
 from tfm_ext import continuous_eval
 from tfm_ext import curves
+from tfm_ext import export
 from tfm_ext import failures
 from tfm_ext import input_files
 from tfm_ext import model_dir_check
@@ -61,6 +63,8 @@ class RunRequest:
   # --notify_url: where progress is POSTed (`tfm_ext.notify`); beats
   # runtime.notify_url.
   notify_url: str = ""
+  # --checkpoint_path: the checkpoint `export` takes (`tfm_ext.export`).
+  checkpoint_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,13 @@ def prepare(request: RunRequest) -> Plan:
   input_files.check(params, trains=mode.trains, evaluates=mode.evaluates)
   if mode.trains:
     config_drift.check(params, request.model_dir, request.allow_config_change)
+  if request.checkpoint_path:
+    if mode is not modes.MODES["export"]:
+      raise UsageError(f"--checkpoint_path is for --mode=export, not "
+                       f"--mode={request.mode}.")
+    export.checkpoint_to_export(
+        request.model_dir, params.trainer.best_checkpoint_export_subdir,
+        request.checkpoint_path)
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,
               strategy=strategy)
 
@@ -196,12 +207,15 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
                                                 parts.restored_step)
   ctx = modes.ModeContext(controller=parts.controller, params=request.params,
                           model_dir=request.model_dir,
-                          should_stop=lambda: watcher.received is not None)
+                          should_stop=lambda: watcher.received is not None,
+                          checkpoint_path=request.checkpoint_path)
   previous = _previous_summary(plan, parts) if parts.trained else None
   try:
     with plan.strategy.scope():
       if not parts.trained:
-        mode.run(ctx)
+        logs = mode.run(ctx)
+        if not (mode.trains or mode.evaluates) and logs:  # An export's.
+          parts.eval_progress.last_logs = console.scalars(logs)
       elif mode.evaluates and not _evaluated_last_step(previous, parts):
         # Stopped in (or before) the final evaluation: that one is left.
         parts.controller.evaluate(steps=request.params.trainer.validation_steps)

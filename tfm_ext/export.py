@@ -1,8 +1,11 @@
 """Exports a model as a SavedModel whose `serving_default` takes its inputs.
 
-`--mode=export` writes the best checkpoint of `model_dir` (the one
-`best_ckpt/`'s state file names: ours and TFM's exporter both keep it on the
-best), else the latest, to `model_dir/export/<step>/`:
+`--mode=export` writes the checkpoint `--checkpoint_path` names (a prefix,
+a directory or a step), by default the best checkpoint of `model_dir` (the
+one `best_ckpt/`'s state file names: ours and TFM's exporter both keep it on
+the best; of equal values, the older), else the latest, to
+`model_dir/export/<step>/`; `export_summary.json` keeps the metrics the
+best list recorded for it:
 
     restore(checkpoint, model=..., global_step=...)   every model weight
     serving_inputs(model, task, trainer)   -> ServingInputs (the hook below)
@@ -42,6 +45,7 @@ import tf_keras
 
 from official.core import export_base
 
+from tfm_ext import _best_checkpoint_files as best_checkpoint_files
 from tfm_ext import _files
 from tfm_ext import lease
 from tfm_ext.errors import UsageError
@@ -248,14 +252,38 @@ def _clear_leftovers(parent: str, name: str, owner: str) -> None:
       tf.io.gfile.rmtree(os.path.join(parent, entry))
 
 
-def checkpoint_to_export(model_dir: str, best_subdir: str) -> str:
-  """The best checkpoint in `model_dir/best_subdir`, else the latest.
+def checkpoint_to_export(model_dir: str, best_subdir: str,
+                         chosen: str = "") -> str:
+  """The checkpoint `chosen` names, else the best, else the latest.
+
+  `chosen` is `--checkpoint_path`, as TFM's export scripts take it: a
+  checkpoint's prefix (`MODEL_DIR/ckpt-300`), a directory (its latest), or
+  a step (`300`: `ckpt-300` in `model_dir`, else `best_ckpt-300` in
+  `best_subdir`). The best is the first of `best_subdir`'s ranking: of
+  checkpoints with equal values, the older (`tfm_ext.best_checkpoint`).
 
   Raises:
-    UsageError: `model_dir` holds neither.
+    UsageError: nothing to export, or `chosen` names no checkpoint.
   """
-  best = (tf.train.latest_checkpoint(os.path.join(model_dir, best_subdir))
-          if best_subdir else None)
+  best_dir = os.path.join(model_dir, best_subdir) if best_subdir else ""
+  if chosen:
+    if chosen.isdigit():
+      candidates = [os.path.join(model_dir, f"ckpt-{chosen}")] + (
+          [os.path.join(best_dir, f"{best_checkpoint_files.PREFIX}-{chosen}")]
+          if best_dir else [])
+    elif tf.io.gfile.isdir(chosen):
+      candidates = [tf.train.latest_checkpoint(chosen) or ""]
+    else:
+      candidates = [chosen]
+    for candidate in candidates:
+      if candidate and tf.io.gfile.exists(candidate + ".index"):
+        return candidate
+    raise UsageError(
+        f"--checkpoint_path={chosen!r} names no checkpoint (looked for "
+        f"{', '.join(repr(c + '.index') for c in candidates if c) or 'a checkpoint in it'}). "
+        "Give a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory or a "
+        "step; leave it out to export the best checkpoint.")
+  best = tf.train.latest_checkpoint(best_dir) if best_dir else None
   checkpoint = best or tf.train.latest_checkpoint(model_dir)
   if not checkpoint:
     raise UsageError(f"No checkpoint in --model_dir={model_dir!r} to export. "
@@ -264,18 +292,46 @@ def checkpoint_to_export(model_dir: str, best_subdir: str) -> str:
   return checkpoint
 
 
-def export_model_dir(trainer, params, model_dir: str) -> Optional[str]:
-  """Exports `model_dir`'s best or latest checkpoint to `export/<step>/`.
+def recorded_metrics(model_dir: str, best_subdir: str,
+                     checkpoint: str) -> Dict[str, Any]:
+  """What an evaluation recorded for `checkpoint`: the best list's, else {}.
 
-  Restores it into `trainer`'s model and global step, so the run records the
-  exported step. Prints `export @ step N | <dir>`, or that the step's export
-  exists (left as it is); returns the directory written, or None.
+  `best_subdir`'s manifest keeps the metrics of each checkpoint it ranks;
+  a checkpoint of `model_dir` is found there by its step.
   """
-  checkpoint = checkpoint_to_export(
-      model_dir, params.trainer.best_checkpoint_export_subdir)
+  if not best_subdir:
+    return {}
+  best_dir = os.path.join(model_dir, best_subdir)
+  if os.path.dirname(checkpoint) not in (model_dir, best_dir):
+    return {}  # Another run's checkpoint: its steps are not this list's.
+  step = checkpoint.rpartition("-")[2]
+  try:
+    manifest = best_checkpoint_files.read_manifest(
+        os.path.join(model_dir, best_subdir))
+  except (tf.errors.OpError, ValueError):
+    return {}  # Damaged or unreadable: the export goes on without them.
+  for entry in manifest.get("checkpoints", ()):
+    if str(entry.get("global_step")) == step:
+      return dict(entry.get("metrics") or {})
+  return {}
+
+
+def export_model_dir(trainer, params, model_dir: str,
+                     chosen: str = "") -> Dict[str, Any]:
+  """Exports `model_dir`'s chosen, best or latest checkpoint to `export/<step>/`.
+
+  `chosen` is `--checkpoint_path` (`checkpoint_to_export`). Restores the
+  checkpoint into `trainer`'s model and global step, so the run records the
+  exported step. Prints `export @ step N | <dir>`, or that the step's export
+  exists (left as it is); returns the checkpoint's recorded metrics
+  (`recorded_metrics`), which the export's summary keeps.
+  """
+  best_subdir = params.trainer.best_checkpoint_export_subdir
+  checkpoint = checkpoint_to_export(model_dir, best_subdir, chosen)
   restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
   step = int(trainer.global_step.numpy())
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
+  metrics = recorded_metrics(model_dir, best_subdir, checkpoint)
   # Checked first, so an existing export never traces the serving module.
   if not tf.io.gfile.exists(export_dir):
     try:
@@ -286,7 +342,7 @@ def export_model_dir(trainer, params, model_dir: str) -> Optional[str]:
     else:
       print(f"export @ step {step} | {export_dir} | from {checkpoint}",
             flush=True)
-      return export_dir
+      return metrics
   print(f"export @ step {step} | {export_dir} exists: not overwritten",
         flush=True)
-  return None
+  return metrics

@@ -87,6 +87,12 @@ flags.DEFINE_integer(
     "AbortedError) before the job fails.")
 flags.DEFINE_float("restart_backoff_seconds", 2.0,
                    "Wait before the n-th restart: this times 2**(n-1).")
+flags.DEFINE_string(
+    "checkpoint_path", None,
+    "For --mode=export, the checkpoint to export, as TFM's export scripts "
+    "take it: a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory (its "
+    "latest) or a step (300). Default: the best (of equal values, the "
+    "older), else the latest.")
 flags.DEFINE_bool(
     "allow_config_change", False,
     "Resume a model_dir even though the config differs from its params.yaml "
@@ -254,7 +260,8 @@ def _request() -> driver.RunRequest:
       start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change,
       enable_async_checkpointing=FLAGS.enable_async_checkpointing,
-      notify_url=FLAGS.notify_url or "")
+      notify_url=FLAGS.notify_url or "",
+      checkpoint_path=FLAGS.checkpoint_path or "")
 
 
 def _sources() -> params_lib.ConfigSources:

@@ -28,6 +28,8 @@ class ModeContext:
   model_dir: str
   # Polled between evaluations by continuous_eval (a preemption signal).
   should_stop: Callable[[], bool] = lambda: False
+  # --checkpoint_path: the checkpoint an export takes.
+  checkpoint_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +91,13 @@ def _continuous_eval(ctx: ModeContext) -> Logs:
 
 
 def _export(ctx: ModeContext) -> Logs:
-  """Writes the best (else latest) checkpoint to `model_dir/export/<step>/`."""
+  """Writes the chosen, best or latest checkpoint to `model_dir/export/<step>/`.
+
+  Its logs are the checkpoint's recorded metrics.
+  """
   with failures.phase("export", ctx.model_dir):
-    export.export_model_dir(ctx.controller.evaluator, ctx.params,
-                            ctx.model_dir)
-  return None
+    return export.export_model_dir(ctx.controller.evaluator, ctx.params,
+                                   ctx.model_dir, ctx.checkpoint_path)
 
 
 MODES = {
