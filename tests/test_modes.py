@@ -41,7 +41,14 @@ def test_default_run_trains_to_97_percent_with_all_records(launch, tmp_path):
   assert glob.glob(str(model_dir / "train" / "events.out.tfevents.*"))
   assert glob.glob(str(model_dir / "validation" / "events.out.tfevents.*"))
   assert (model_dir / "best_ckpt" / "info.json").exists()
-  assert tf.train.latest_checkpoint(str(model_dir / "best_ckpt"))
+  best = tf.train.latest_checkpoint(str(model_dir / "best_ckpt"))
+  assert best
+  # The done line and the summary say where the best checkpoint is.
+  assert summary["best"]["path"] == best, summary["best"]
+  assert summary["best"]["metric"] == "accuracy"
+  (done,) = [l for l in run.stdout.splitlines() if l.startswith("done |")]
+  assert (f"| best accuracy {summary['best']['value']:.4g} @ step "
+          f"{summary['best']['global_step']}: {best} |") in done, done
   assert "name: custom" in (model_dir / "params.yaml").read_text()
   assert (model_dir / "operative_config.train_and_eval.gin").exists()
   # One console line per event: 11 train loops (1, 50, ..., 500), 5 evals.

@@ -58,6 +58,28 @@ def maybe_create(params: config_definitions.ExperimentConfig,
       k=getattr(trainer, "best_checkpoint_top_k", 1))
 
 
+def best_of(model_dir: str, trainer_config) -> Dict[str, Any]:
+  """The best checkpoint `trainer_config`'s list holds in `model_dir`.
+
+  `{"metric", "value", "global_step", "path"}` of the list's first entry;
+  {} without a list, or with one that is empty or does not read.
+  """
+  subdir = trainer_config.best_checkpoint_export_subdir
+  if not (model_dir and subdir and trainer_config.best_checkpoint_eval_metric):
+    return {}
+  directory = os.path.join(model_dir, subdir)
+  try:
+    manifest = files.read_manifest(directory)
+  except (tf.errors.OpError, ValueError):
+    return {}
+  if not manifest["checkpoints"]:
+    return {}
+  top = manifest["checkpoints"][0]
+  return {"metric": manifest.get("metric"), "value": top.get("value"),
+          "global_step": top["global_step"],
+          "path": os.path.join(directory, top["path"])}
+
+
 def scalar_logs(logs: Mapping[str, Any]) -> Dict[str, Any]:
   """The scalar leaves of (nested) eval logs as floats, nesting kept."""
   out = {}

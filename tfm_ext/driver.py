@@ -26,6 +26,7 @@ import tf_keras
 from official.core import config_definitions
 
 from tfm_ext import assembly
+from tfm_ext import best_checkpoint
 from tfm_ext import config_checks
 from tfm_ext import config_drift
 from tfm_ext import console
@@ -312,4 +313,6 @@ def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
       time_to_first_step_seconds=parts.progress.time_to_first_step,
       wall_seconds=time.time() - request.start_time,
       chief=parts.chief,
-      action_failures=dict(parts.action_failures))
+      action_failures=dict(parts.action_failures),
+      best=(best_checkpoint.best_of(request.model_dir, request.params.trainer)
+            if parts.chief else {}))

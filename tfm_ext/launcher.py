@@ -228,9 +228,12 @@ def main(argv) -> None:
   path = os.path.join(plan.request.model_dir,
                       run_summary.summary_filename(plan.mode.trains,
                                                    plan.mode.evaluates))
+  best = summary.best
+  best = (f" | best {best['metric']} {best['value']:.4g} @ step "
+          f"{best['global_step']}: {best['path']}" if best else "")
   written = f" | summary {path}" if summary.chief else ""
   print(f"done | {summary.mode} | step {summary.global_step} | "
-        f"{summary.wall_seconds:.1f}s{written}")
+        f"{summary.wall_seconds:.1f}s{best}{written}")
 
 
 def _request() -> driver.RunRequest:

@@ -9,7 +9,7 @@ trainer's), `export` writes `export_summary.json`.
 import dataclasses
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import dataclasses_json
 
@@ -73,6 +73,9 @@ class RunSummary:
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+  # The best checkpoint when the run ended (`tfm_ext.best_checkpoint`):
+  # metric, value, global_step, path; empty without one.
+  best: Dict[str, Any] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None
   time_to_first_step_seconds: Optional[float] = None
   wall_seconds: float = 0.0
