@@ -36,6 +36,7 @@ the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
 
 import dataclasses
 import hashlib
+import logging
 import os
 import socket
 from typing import Any, Callable, Dict, Mapping, Optional
@@ -179,11 +180,29 @@ def save(module: ServingModule, export_dir: str) -> str:
   owner = _owner()
   _clear_leftovers(parent, name, owner)
   partial = os.path.join(parent, f".{name}.partial.{owner}.{os.getpid()}")
-  module.model.save(partial, save_format="tf", include_optimizer=False,
-                    signatures=module.get_inference_signatures(
-                        {"serve": SIGNATURE}))
+  tf_logger = tf.get_logger()
+  tf_logger.addFilter(_demote_compile_warning)
+  try:
+    module.model.save(partial, save_format="tf", include_optimizer=False,
+                      signatures=module.get_inference_signatures(
+                          {"serve": SIGNATURE}))
+  finally:
+    tf_logger.removeFilter(_demote_compile_warning)
   place(partial, export_dir)
   return export_dir
+
+
+def _demote_compile_warning(record: logging.LogRecord) -> bool:
+  """tf_keras's "compiled metrics have yet to be built", as INFO.
+
+  Saving a compiled model that was never fitted in this process (an
+  export) logs it; a SavedModel for serving takes no compiled metrics, so
+  it belongs in the log file, not on the console.
+  """
+  if record.levelno == logging.WARNING and str(record.msg).startswith(
+      "Compiled the loaded model, but the compiled metrics"):
+    record.levelno, record.levelname = logging.INFO, "INFO"
+  return True
 
 
 def place(partial: str, export_dir: str) -> None:
