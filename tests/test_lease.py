@@ -59,19 +59,35 @@ def _holder(model_dir):
   return _files.read_json(os.path.join(model_dir, lease.FILENAME))
 
 
+def _claims(model_dir):
+  return sorted(tf.io.gfile.listdir(os.path.join(model_dir, lease.CLAIMS)))
+
+
+def _claim(model_dir, token, *, host="vm-2", pid=200, at=T0):
+  """Writes the claim of another trainer, which has not taken the lease."""
+  tf.io.gfile.makedirs(os.path.join(model_dir, lease.CLAIMS))
+  path = os.path.join(model_dir, lease.CLAIMS, token + ".json")
+  _files.write_json(path, {"host": host, "pid": pid,
+                           "pid_space": "boot-1/pid:[1]", "token": token,
+                           "started": at, "heartbeat": at})
+  return path
+
+
 def test_acquire_writes_the_lease_and_release_deletes_it(model_dir):
   fake = FakeTime()
   held = _lease(model_dir, fake).acquire()
   record = _holder(model_dir)
   assert (record["host"], record["pid"], record["started"]) == (
       "vm-1", 100, T0)
-  assert fake.slept == lease.SETTLE_SECONDS  # Then read back: still ours.
+  assert fake.slept == 0  # No settle delay.
+  assert _claims(model_dir) == [record["token"] + ".json"]
   fake.sleep(10)
   held.beat()
-  assert _holder(model_dir)["heartbeat"] == T0 + 10.5
+  assert _holder(model_dir)["heartbeat"] == T0 + 10
   held.check()  # Not lost: no error.
   held.release()
   assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
+  assert _claims(model_dir) == []
 
 
 @pytest.mark.parametrize("host", ["vm-1", "vm-2"])
@@ -97,7 +113,7 @@ def test_lease_of_a_dead_process_on_this_machine_is_taken_at_once(model_dir):
   relaunch = _lease(model_dir, fake, pid=200, alive=())
   relaunch.acquire()
   assert _holder(model_dir)["pid"] == 200
-  assert fake.slept == 1 + 2 * lease.SETTLE_SECONDS  # No waiting.
+  assert fake.slept == 1  # No waiting.
 
 
 def test_same_pid_elsewhere_is_not_this_machine(model_dir):
@@ -117,7 +133,7 @@ def test_stale_lease_is_taken_over_without_waiting(model_dir):
   fake.sleep(lease.STALE_SECONDS + 1)
   _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   assert _holder(model_dir)["host"] == "vm-2"
-  assert fake.slept == lease.STALE_SECONDS + 1 + 2 * lease.SETTLE_SECONDS
+  assert fake.slept == lease.STALE_SECONDS + 1
 
 
 def test_missed_beats_elsewhere_wait_until_stale_then_take_over(model_dir):
@@ -127,7 +143,7 @@ def test_missed_beats_elsewhere_wait_until_stale_then_take_over(model_dir):
   _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   assert _holder(model_dir)["host"] == "vm-2"
   # Watched a beat at a time until the heartbeat was over 60s old.
-  assert fake.now - T0 == pytest.approx(35.5 + 30 + lease.SETTLE_SECONDS)
+  assert fake.now - T0 == pytest.approx(35 + 30)
 
 
 def test_missed_beats_then_a_beat_refuses(model_dir):
@@ -148,26 +164,32 @@ def test_missed_beats_then_a_beat_refuses(model_dir):
 
 
 def test_two_starters_at_once_one_wins_the_other_is_refused(model_dir):
-  fake = FakeTime()
-  # Both look at model_dir before either writes (a starter reads the clock
-  # first between its look and its write), and both write before either
-  # reads back.
-  looked, wrote = threading.Barrier(2), threading.Barrier(2)
-  first_call = threading.local()
+  """Both look at model_dir and write their claims before either lists."""
+  looked, claimed = threading.Barrier(2), threading.Barrier(2)
+  calls = threading.local()
 
   def clock():
-    if not getattr(first_call, "done", False):
-      first_call.done = True
+    # A starter reads the clock after its look (`started`), then for its
+    # claim's heartbeat, just before writing it.
+    calls.n = getattr(calls, "n", 0) + 1
+    if calls.n == 1:
       looked.wait(timeout=10)
-    return fake.now
+    return time.time()
 
   outcomes = {}
 
   def start(pid):
-    held = lease.Lease(model_dir, clock=clock,
-                       sleep=lambda seconds: wrote.wait(timeout=10),
-                       is_alive=lambda p: True, host="vm-1", pid=pid,
+    held = lease.Lease(model_dir, clock=clock, is_alive=lambda p: True,
+                       host="vm-1", pid=pid, poll_seconds=0.01,
                        beat_in_background=False)
+    original = held._other_claims  # pylint: disable=protected-access
+
+    def list_after_both_claimed():
+      if not getattr(calls, "listed", False):
+        calls.listed = True
+        claimed.wait(timeout=10)
+      return original()
+    held._other_claims = list_after_both_claimed  # pylint: disable=protected-access
     try:
       held.acquire()
       outcomes[pid] = "won"
@@ -183,6 +205,103 @@ def test_two_starters_at_once_one_wins_the_other_is_refused(model_dir):
   loser = 3 - winner
   assert outcomes[winner] == "won", outcomes
   assert f"pid {winner}," in outcomes[loser], outcomes
+  # The loser withdrew its claim: the winner's is the one left.
+  assert _claims(model_dir) == [_holder(model_dir)["token"] + ".json"]
+
+
+@pytest.mark.parametrize("round_", range(10))
+def test_racing_starters_never_both_take_the_lease(model_dir, round_):
+  """Four threads at once, no hook: one wins, three are refused naming it."""
+  del round_
+  barrier = threading.Barrier(4)
+  outcomes = {}
+
+  def start(pid):
+    held = lease.Lease(model_dir, is_alive=lambda p: True, host="vm-1",
+                       pid=pid, poll_seconds=0.01, beat_in_background=False)
+    barrier.wait(timeout=10)
+    try:
+      held.acquire()
+      outcomes[pid] = "won"
+    except UsageError as e:
+      outcomes[pid] = str(e)
+
+  threads = [threading.Thread(target=start, args=(pid,))
+             for pid in range(1, 5)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=30)
+  winners = [pid for pid, outcome in outcomes.items() if outcome == "won"]
+  assert len(outcomes) == 4 and len(winners) == 1, outcomes
+  assert _holder(model_dir)["pid"] == winners[0]
+  for pid, outcome in outcomes.items():
+    if pid != winners[0]:
+      assert f"host vm-1, pid {winners[0]}," in outcome, outcomes
+
+
+def test_a_live_claim_with_a_smaller_token_wins_the_other_withdraws(
+    model_dir):
+  fake = FakeTime()
+  _claim(model_dir, "0" * 16, host="vm-2", pid=200)
+  second = _lease(model_dir, fake, pid=100)
+  with pytest.raises(UsageError, match=r"in use by another trainer \(host "
+                     r"vm-2, pid 200, started 2025-12-01 03:33:20 UTC"):
+    second.acquire()
+  assert _claims(model_dir) == ["0" * 16 + ".json"]  # Its own withdrawn.
+  assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
+
+
+def test_the_smallest_live_claim_waits_until_the_others_withdraw(model_dir):
+  fake = FakeTime()
+  other = _claim(model_dir, "f" * 16, host="vm-2", pid=200)
+
+  def sleep(seconds):
+    fake.sleep(seconds)
+    if fake.slept >= 1:  # The other saw this claim and withdraws.
+      tf.io.gfile.remove(other)
+
+  held = lease.Lease(model_dir, clock=fake.clock, sleep=sleep,
+                     is_alive=lambda p: True, host="vm-1", pid=100,
+                     beat_in_background=False)
+  held.acquire()
+  assert _holder(model_dir)["pid"] == 100
+  assert fake.slept == pytest.approx(1.0)  # Polled until it withdrew.
+
+
+def test_the_smallest_live_claim_refuses_once_another_took_the_lease(
+    model_dir):
+  """The other had listed before this claim was written: it won."""
+  fake = FakeTime()
+  _claim(model_dir, "f" * 16, host="vm-2", pid=200)
+
+  def sleep(seconds):
+    fake.sleep(seconds)
+    _files.write_json(os.path.join(model_dir, lease.FILENAME), {
+        "host": "vm-2", "pid": 200, "pid_space": "", "token": "f" * 16,
+        "started": T0, "heartbeat": fake.now})
+
+  held = lease.Lease(model_dir, clock=fake.clock, sleep=sleep,
+                     is_alive=lambda p: True, host="vm-1", pid=100,
+                     beat_in_background=False)
+  with pytest.raises(UsageError, match="host vm-2, pid 200,"):
+    held.acquire()
+  assert _claims(model_dir) == ["f" * 16 + ".json"]
+
+
+@pytest.mark.parametrize("why", ["dead pid here", "stale elsewhere"])
+def test_a_claim_whose_trainer_is_gone_is_deleted_and_the_lease_taken(
+    model_dir, why):
+  fake = FakeTime(T0 + lease.STALE_SECONDS + 1)
+  if why == "dead pid here":  # SIGKILLed while it took the lease.
+    _claim(model_dir, "0" * 16, host="vm-1", pid=200, at=fake.now)
+  else:  # Its host was lost while it took the lease.
+    _claim(model_dir, "0" * 16, host="vm-2", pid=200, at=T0)
+  held = _lease(model_dir, fake, pid=100, alive={100}).acquire()
+  assert fake.slept == 0
+  assert _claims(model_dir) == [_holder(model_dir)["token"] + ".json"]
+  held.release()
+  assert _claims(model_dir) == []
 
 
 def test_holder_whose_lease_was_taken_over_stops_and_keeps_the_new_one(
@@ -208,7 +327,7 @@ def test_a_file_that_is_not_a_lease_is_taken_over(model_dir):
 
 def test_heartbeat_thread_beats_and_stops_before_the_lease_is_deleted(
     model_dir):
-  held = lease.Lease(model_dir, heartbeat_seconds=0.05, settle_seconds=0)
+  held = lease.Lease(model_dir, heartbeat_seconds=0.05)
   held.acquire()
   started = _holder(model_dir)["heartbeat"]
   deadline = time.monotonic() + 10
@@ -226,7 +345,7 @@ def test_a_lease_this_process_left_is_taken_at_once(model_dir):
   _lease(model_dir, fake, pid=100).acquire()  # Never released.
   fake.sleep(1)
   _lease(model_dir, fake, pid=100, alive={100}).acquire()
-  assert fake.slept == 1 + 2 * lease.SETTLE_SECONDS  # No waiting.
+  assert fake.slept == 1  # No waiting.
 
 
 def test_a_lease_deleted_under_its_holder_is_lost_and_not_written_again(

@@ -24,15 +24,44 @@ Evaluators and the other workers of a multi-worker job take no lease.
   nothing): it watches the lease, a beat at a time, until the holder beats
   again (refuse) or its heartbeat goes stale (take it).
 
-Everything goes through `tf.io.gfile`, so it holds on a bucket, which has no
-exclusive create: taking is writing the lease whole, waiting
-`settle_seconds`, then reading it back; of two trainers that write within
-that time the later write wins and the other refuses. The heartbeat reads
+Taking the lease is exclusive by construction, on a local disk and on a
+bucket alike, with nothing but `tf.io.gfile` and no assumption on timing:
+a trainer that found no live holder writes a claim of its own,
+`model_dir/trainer_lease_claims/<token>.json` (a new object, never written
+over, the holder's fields), then lists the claims:
+
+* only its own (and claims judged gone, by the rules above): it takes the
+  lease, writes `trainer_lease.json` and deletes the gone claims;
+* `trainer_lease.json` names another live holder, or another live claim has
+  a smaller token: it deletes its claim and refuses, naming the trainer
+  that takes the lease (as the lease says within `_WINNER_SECONDS`, else
+  the smallest claim);
+* its token is the smallest of the live claims: it lists again a moment
+  later (`POLL_SECONDS`), until the others have withdrawn (it takes the
+  lease) or one of them has taken it (it refuses).
+
+Of two trainers that both take the lease, each listed the claims after its
+own claim was written and saw none of the other's; but whichever wrote its
+claim second listed after the first's claim was there, and a claim is only
+deleted by its trainer withdrawing or releasing, or by a trainer that
+judges it gone. So two live trainers cannot both take it, however long
+either takes between its steps. It needs only what GCS, S3 and a local
+disk give: a write, once it returns, is in every later listing (TF's GCS
+client caches stats, not listings, by default: `GCS_MATCHING_PATHS_CACHE_
+MAX_AGE` is 0). A conditional create (`ifGenerationMatch=0`) would be one
+request less, but gfile has none for files (TF's `mkdir` on `gs://` sends
+it, and fake-gcs-server ignores it there), and GCS's JSON API would need
+the credentials TF's client keeps to itself. Nor does any of it wait a
+fixed time: the claims cost a start a few requests (a write, a listing, the
+record), not a settle delay.
+
+The heartbeat reads
 the lease before rewriting it: a holder that finds another trainer's token,
 or no lease at all (its own heartbeat went stale while the process was
 suspended, and another trainer took the lease and maybe released it since;
-a writer slower than `settle_seconds`; a user who deleted it), has lost it
-and stops beating.
+a user who deleted it), has lost it and stops beating. Each read of
+`trainer_lease.json` survives TF's GCS stat cache (`_files.read_json`
+reads a record that does not parse, or reads as "inconsistent", again).
 
 A lost lease is fenced: the holder proves it still holds the lease, by
 reading it back and finding its own token, before every write it makes
@@ -60,7 +89,7 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -69,10 +98,15 @@ from tfm_ext import _files
 from tfm_ext.errors import UsageError
 
 FILENAME = "trainer_lease.json"
+CLAIMS = "trainer_lease_claims"
+_CLAIM_SUFFIX = ".json"
 HEARTBEAT_SECONDS = float(
     os.environ.get("TFM_EXT_LEASE_HEARTBEAT_SECONDS", "10"))
 STALE_SECONDS = float(os.environ.get("TFM_EXT_LEASE_STALE_SECONDS", "60"))
-SETTLE_SECONDS = 0.5
+# How often a claim with the smallest token lists the claims again.
+POLL_SECONDS = 0.2
+# How long a trainer that withdrew its claim waits to name the winner.
+_WINNER_SECONDS = 5.0
 # A heartbeat this many beats old is missed: the holder may be gone.
 _MISSED_BEATS = 3
 
@@ -127,11 +161,11 @@ class Lease:
   Args:
     model_dir: the run's model_dir (a local path or a bucket).
     clock: `time.time`, for the heartbeat and staleness.
-    sleep: `time.sleep`, for the settle delay and watching a lease.
+    sleep: `time.sleep`, for watching a lease and the claims.
     is_alive: whether a pid of this machine runs (`pid_alive`).
     host, pid, space: who this process is (`socket.gethostname()`,
       `os.getpid()`, `pid_space()`).
-    heartbeat_seconds, stale_seconds, settle_seconds: see the module
+    heartbeat_seconds, stale_seconds, poll_seconds: see the module
       docstring.
     beat_in_background: start the heartbeat thread once acquired (tests
       call `beat` themselves).
@@ -145,7 +179,7 @@ class Lease:
                space: Optional[str] = None,
                heartbeat_seconds: float = HEARTBEAT_SECONDS,
                stale_seconds: float = STALE_SECONDS,
-               settle_seconds: float = SETTLE_SECONDS,
+               poll_seconds: float = POLL_SECONDS,
                beat_in_background: bool = True):
     self.model_dir = model_dir
     self.path = os.path.join(model_dir, FILENAME)
@@ -155,9 +189,11 @@ class Lease:
     self._space = pid_space() if space is None else space
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
-    self._settle_seconds = settle_seconds
+    self._poll_seconds = poll_seconds
     self._beat_in_background = beat_in_background
     self._token = secrets.token_hex(8)
+    self.claims = os.path.join(model_dir, CLAIMS)
+    self._claim = os.path.join(self.claims, self._token + _CLAIM_SUFFIX)
     self._started = 0.0
     self._lost: Optional[str] = None
     self._stop = threading.Event()
@@ -170,14 +206,14 @@ class Lease:
     if held is not None:
       raise UsageError(self._in_use_message(held))
     self._started = self._clock()
-    tf.io.gfile.makedirs(self.model_dir)
-    self._write()
-    self._sleep(self._settle_seconds)
-    held = self._read()
-    if not self._ours(held):
-      raise UsageError(self._in_use_message(held) if held else (
-          f"{self.path} vanished as this trainer took it: is another "
-          f"trainer starting on {self.model_dir}? Relaunch to retry."))
+    tf.io.gfile.makedirs(self.claims)
+    _files.write_json(self._claim, self._fields())
+    try:
+      self._contend()
+      self._write()
+    except BaseException:
+      self._withdraw()
+      raise
     if self._beat_in_background:
       self._thread = threading.Thread(target=self._beat_until_stopped,
                                       name="tfm_ext_lease", daemon=True)
@@ -185,6 +221,94 @@ class Lease:
     self._unfence = _files.fence(self.model_dir, self.assert_held,
                                  exempt=self.path)
     return self
+
+  def _contend(self) -> None:
+    """Returns once this trainer's claim wins; raises `UsageError` if not."""
+    waited = False
+    while True:
+      held, live, gone = self._look()
+      if held is not None:
+        raise UsageError(self._in_use_message(held))  # One took it.
+      if not live:
+        for claim in gone:
+          logging.warning("Deleting the claim %s of a trainer that is gone "
+                          "(%s).", claim["path"], self._describe(claim))
+          self._remove(claim["path"])
+        return
+      first = min(live, key=lambda c: c["token"])
+      if first["token"] < self._token:
+        self._withdraw()
+        raise UsageError(self._in_use_message(self._winner(first)))
+      if not waited:
+        logging.info("Another trainer is taking %s at once (%s): waiting "
+                     "for it to withdraw.", self.model_dir,
+                     self._describe(live[0]))
+        waited = True
+      self._sleep(self._poll_seconds)
+
+  def _look(self) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]],
+                           List[Dict[str, Any]]]:
+    """The lease if its holder is live, and the other claims: live, gone."""
+    held = self._read()
+    claims = self._other_claims()
+    # A holder's claim is judged by its lease, which holds its heartbeat.
+    gone = [c for c in claims if self._gone_because(
+        held if held is not None and held["token"] == c["token"] else c)]
+    live = [c for c in claims if c not in gone]
+    if held is not None and self._gone_because(held):
+      held = None
+    return held, live, gone
+
+  def _winner(self, first: Dict[str, Any]) -> Dict[str, Any]:
+    """Who takes the lease now that this trainer withdrew, for its message.
+
+    `first`, the claim with the smallest token, takes it unless a third
+    trainer had already taken it: the lease says so within a few polls.
+    """
+    for _ in range(int(_WINNER_SECONDS / self._poll_seconds)):
+      self._sleep(self._poll_seconds)
+      held, live, _ = self._look()
+      if held is not None:
+        return held
+      if not live:
+        break
+      first = min(live, key=lambda c: c["token"])
+    return first
+
+  def _other_claims(self) -> List[Dict[str, Any]]:
+    """The claims in `claims` but this trainer's, each with its `path`."""
+    try:
+      names = tf.io.gfile.listdir(self.claims)
+    except tf.errors.NotFoundError:
+      return []
+    claims = []
+    for name in sorted(names):
+      # A local temp file (`<claim>.tmp<hex>`) is a claim not yet written.
+      if not name.endswith(_CLAIM_SUFFIX):
+        continue
+      path = os.path.join(self.claims, name)
+      if path == self._claim:
+        continue
+      claim = self._read(path)
+      if claim is not None:
+        claims.append(dict(claim, token=name[:-len(_CLAIM_SUFFIX)],
+                           path=path))
+    return claims
+
+  def _withdraw(self) -> None:
+    """Deletes this trainer's claim, if it can (a gone claim is ignored)."""
+    try:
+      self._remove(self._claim)
+    except tf.errors.OpError as e:
+      logging.warning("Could not delete %s (%s); it is ignored once this "
+                      "process is gone.", self._claim, e)
+
+  @staticmethod
+  def _remove(path: str) -> None:
+    try:
+      tf.io.gfile.remove(path)
+    except tf.errors.NotFoundError:
+      pass
 
   def beat(self) -> None:
     """Rewrites the heartbeat, unless the lease is no longer this trainer's."""
@@ -221,19 +345,24 @@ class Lease:
              "another trainer that took it over and finished)")
     self._lost = (
         f"{taken}, judging this one gone: this trainer's heartbeat went "
-        "stale (a suspended process? clocks that disagree between hosts?) "
-        f"or both started within {self._settle_seconds:g}s. This trainer "
-        "stops without saving, so that one trainer writes the model_dir.")
+        "stale (a suspended process? clocks that disagree between hosts?). "
+        "This trainer stops without saving, so that one trainer writes the "
+        "model_dir.")
     logging.error("%s", self._lost)
     return False
 
   def release(self) -> None:
-    """Stops the heartbeat and deletes the lease, if it is still ours."""
+    """Stops the heartbeat and deletes the lease, if it is still ours.
+
+    The claim goes first: while the lease still names this live process, a
+    trainer starting meanwhile refuses instead of finding its claim.
+    """
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
     self._unfence()
     try:
+      self._remove(self._claim)
       if self._ours(self._read()):
         tf.io.gfile.remove(self.path)
     except tf.errors.OpError as e:
@@ -298,27 +427,31 @@ class Lease:
   def _ours(self, held: Optional[Dict[str, Any]]) -> bool:
     return held is not None and held["token"] == self._token
 
-  def _write(self) -> None:
-    _files.write_json(self.path, {
-        "host": self._host, "pid": self._pid, "pid_space": self._space,
-        "token": self._token, "started": self._started,
-        "heartbeat": self._clock()})
+  def _fields(self) -> Dict[str, Any]:
+    """This trainer's lease (or claim), its heartbeat now."""
+    return {"host": self._host, "pid": self._pid, "pid_space": self._space,
+            "token": self._token, "started": self._started,
+            "heartbeat": self._clock()}
 
-  def _read(self) -> Optional[Dict[str, Any]]:
-    """The lease in `model_dir`; None when there is none or it is not one."""
+  def _write(self) -> None:
+    _files.write_json(self.path, self._fields())
+
+  def _read(self, path: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The lease (or a claim at `path`); None if none or it is not one."""
+    path = path or self.path
     try:
-      held = _files.read_json(self.path)
+      held = _files.read_json(path)
     except tf.errors.NotFoundError:
       return None
     except ValueError:
-      logging.warning("%s does not parse: read as no lease.", self.path)
+      logging.warning("%s does not parse: read as no lease.", path)
       return None
     fields = {"host": str, "pid": int, "token": str, "started": (int, float),
               "heartbeat": (int, float)}
     if not (isinstance(held, dict)
             and all(isinstance(held.get(k), t) for k, t in fields.items())
             and held["pid"] > 0):  # os.kill(0 or less) means a group.
-      logging.warning("%s is not a trainer lease: read as none.", self.path)
+      logging.warning("%s is not a trainer lease: read as none.", path)
       return None
     return held
 
