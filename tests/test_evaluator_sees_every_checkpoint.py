@@ -204,3 +204,207 @@ def test_an_async_save_in_flight_of_this_process_is_not_a_leftover(tmp_path):
   assert _on_disk(model_dir) == [1]
   assert tf.train.load_checkpoint(model_dir).get_tensor(
       "w/.ATTRIBUTES/VARIABLE_VALUE").shape == (1 << 20,)
+
+
+# What an evaluator meets on a bucket, TF's stat cache at its default: the
+# trainer (another process, TensorFlow loaded before) rotates ckpt-10 away
+# and saves ckpt-20 again, shorter, just after the evaluator read both.
+_STALE_CHECKPOINTS = r"""
+import subprocess, sys
+import tensorflow as tf
+from tfm_ext import continuous_eval
+d = sys.argv[1]
+# Another process (the trainer), TensorFlow loaded before the test starts:
+# its writes and deletes this one's cache does not see.
+other = subprocess.Popen([sys.executable, "-c", (
+    "import sys, tensorflow as tf\n"
+    "print('ready', flush=True)\n"
+    "for line in sys.stdin:\n"
+    "  exec(line.replace('; ', '\\n'))\n"
+    "  print('done', flush=True)\n")],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert other.stdout.readline() == "ready\n"
+def do(code):
+  other.stdin.write(code.replace("\n", "; ") + "\n"); other.stdin.flush()
+  assert other.stdout.readline() == "done\n"
+do(f"c = tf.train.Checkpoint(v=tf.Variable(tf.ones([64])), s=tf.Variable('x' * 4000))\n"
+   f"c.write('{d}/ckpt-10')\nc.write('{d}/ckpt-20')")
+reader = tf.train.Checkpoint(v=tf.Variable(tf.zeros([64])), s=tf.Variable(''))
+tries = []
+def restore(path):
+  tries.append(path)
+  reader.restore(path).expect_partial()
+for step in (10, 20):  # Read once, and stat (as `checkpoint_state` does):
+  assert continuous_eval.restore_status(restore, f"{d}/ckpt-{step}") is None
+  for f in tf.io.gfile.glob(f"{d}/ckpt-{step}.*"):  # this client caches them.
+    tf.io.gfile.stat(f)
+do(f"[tf.io.gfile.remove(p) for p in tf.io.gfile.glob('{d}/ckpt-10.*')]\n"
+   f"c = tf.train.Checkpoint(v=tf.Variable(tf.fill([64], 2.0)), s=tf.Variable('y'))\n"
+   f"c.write('{d}/ckpt-20')")
+print("ckpt-10 exists:", tf.io.gfile.exists(f"{d}/ckpt-10.index"))
+del tries[:]
+print("ckpt-10:", continuous_eval.restore_status(restore, f"{d}/ckpt-10"), len(tries))
+del tries[:]
+print("ckpt-20:", continuous_eval.restore_status(restore, f"{d}/ckpt-20"), len(tries), reader.v.numpy()[0], reader.s.numpy())
+other.stdin.close(); other.wait()
+"""
+
+
+def test_on_a_bucket_a_vanished_checkpoint_is_missing_and_a_stale_one_read(
+    gcs_box):
+  model_dir = gcs_box.bucket_url(f"stale-{uuid.uuid4().hex[:8]}")
+  proc = gcs_box.run([sys.executable, "-c", _STALE_CHECKPOINTS, model_dir],
+                     env={"PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                     timeout=300)
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  print(proc.stdout)
+  # TF's client still says it exists (what decided "unreadable" before).
+  assert "ckpt-10 exists: True" in proc.stdout
+  assert "ckpt-10: missing 1" in proc.stdout
+  # Read again until the cache aged: the new values, not "unreadable".
+  assert re.search(r"ckpt-20: None \d+ 2.0 b'y'", proc.stdout), proc.stdout
+
+
+# -- A trainer and an evaluator in two processes, end to end ----------------
+
+# 8 checkpoints, 4 kept (TensorFlow would keep the last 4 alone): the bound,
+# 2 x 4, holds every one, so what an evaluator misses is only what was
+# rotated away before it was present. Small evaluations (2 batches) and
+# larger training batches keep the trainer the slower of the two.
+MAX_TO_KEEP = 4
+OVERRIDE = ("--params_override=trainer.train_steps=80,"
+            "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+            f"trainer.checkpoint_interval=10,trainer.max_to_keep={MAX_TO_KEEP},"
+            "trainer.validation_interval=1000,trainer.validation_steps=2,"
+            "task.train_data.global_batch_size=256,"
+            "trainer.continuous_eval_timeout=300")
+SAVED = list(range(10, 81, 10))
+EXPERIMENT = "--experiment=digits_convnet"
+
+
+def _check(scenario, trainer_log, evaluator_stdout, entries):
+  """Every checkpoint the trainer saved once its evaluator was present,
+  evaluated once. Returns what the note prints."""
+  saved = [int(s) for s in re.findall(r"saved checkpoint to \S*ckpt-(\d+)\.",
+                                      trainer_log)]
+  assert saved == SAVED, trainer_log[-3000:]
+  steps = [e["global_step"] for e in entries]
+  assert len(steps) == len(set(steps)), entries  # No step twice.
+  assert {e["status"] for e in entries} == {"evaluated"}, entries
+  # Each evaluation ran once, and is the one recorded (a slow one prints
+  # "eval @ step N | batch i/n" lines as it goes).
+  ran = [int(s) for s in re.findall(r"^eval @ step (\d+) \| (?!batch )",
+                                    evaluator_stdout, re.M)]
+  assert ran == steps, (ran, steps)
+  live = re.search(r"Evaluator \S+ is live: from ckpt-(\d+) on", trainer_log)
+  if scenario == "after":
+    assert live is None  # Nothing was kept for an evaluator not yet there.
+    expected = SAVED[-MAX_TO_KEEP:]
+  else:
+    assert live, trainer_log[-3000:]
+    expected = [s for s in SAVED if s >= int(live[1])]
+  assert steps == expected, (scenario, steps, expected)
+  return (f"{scenario}: {len(steps)} of {len(saved)} saved checkpoints "
+          f"evaluated, once each (from ckpt-{steps[0]} on)")
+
+
+def _local_log(model_dir):
+  logs = os.path.join(model_dir, "logs")
+  text = ""
+  for name in sorted(os.listdir(logs)):
+    if ".INFO." in name:
+      with open(os.path.join(logs, name)) as f:
+        text += f.read()
+  return text
+
+
+@pytest.mark.slow
+def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
+                                                           tmp_path):
+  dirs = {s: tmp_path / s for s in ("before", "with", "after")}
+  evaluators = {"before": start_forked(EXPERIMENT, "--mode=continuous_eval",
+                                       OVERRIDE, model_dir=dirs["before"])}
+  evaluators["before"].wait_for_line(lambda l: l.startswith("waiting up to"))
+  trainers = {s: start_forked(EXPERIMENT, "--mode=train", OVERRIDE,
+                              model_dir=d) for s, d in dirs.items()}
+  evaluators["with"] = start_forked(EXPERIMENT, "--mode=continuous_eval",
+                                    OVERRIDE, model_dir=dirs["with"])
+  trained = {s: t.finish(timeout=600) for s, t in trainers.items()}
+  for result in trained.values():
+    assert result.returncode == 0, result
+  evaluators["after"] = start_forked(EXPERIMENT, "--mode=continuous_eval",
+                                     OVERRIDE, model_dir=dirs["after"])
+  notes = []
+  for scenario, evaluator in evaluators.items():
+    evaluated = evaluator.finish(timeout=600)
+    assert evaluated.returncode == 0, evaluated
+    model_dir = str(dirs[scenario])
+    notes.append(_check(scenario, _local_log(model_dir), evaluated.stdout,
+                        continuous_eval.read_ledger(model_dir)))
+    assert not os.listdir(os.path.join(model_dir, eval_claims.PRESENCE))
+  print("; ".join(notes))
+
+
+def _box_job(box, argv, data_dir, tmp_path, name):
+  """A launcher job in the box; its stdout and stderr in files of `name`."""
+  tmpdir = tmp_path / f"{name}.tmp"
+  os.makedirs(tmpdir)
+  env = dict(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=REPO, PYTHONUNBUFFERED="1", TMPDIR=str(tmpdir))
+  out = tmp_path / f"{name}.stdout"
+  with open(out, "w") as stdout, open(tmp_path / f"{name}.stderr",
+                                      "w") as stderr:
+    job = box.start([sys.executable, TRAIN, *argv], env=env, stdout=stdout,
+                    stderr=stderr)
+  job.out, job.err = out, tmp_path / f"{name}.stderr"
+  return job
+
+
+def _finish(job, timeout=600):
+  try:
+    code = job.wait(timeout=timeout)
+  finally:
+    job.kill()
+    job.wait()
+  report = (f"exit {code}\n--- stdout\n{job.out.read_text()[-3000:]}\n"
+            f"--- stderr\n{job.err.read_text()[-5000:]}")
+  assert code == 0, report
+  return job.out.read_text()
+
+
+@pytest.mark.slow
+def test_on_a_bucket_the_evaluator_sees_every_checkpoint(gcs_box, data_dir,
+                                                         tmp_path):
+  run = f"every-{uuid.uuid4().hex[:8]}"
+  prefixes = {s: f"{run}/{s}" for s in ("before", "with", "after")}
+
+  def job(scenario, mode):
+    return _box_job(gcs_box, [EXPERIMENT, f"--mode={mode}", OVERRIDE,
+                              f"--model_dir={gcs_box.bucket_url(prefixes[scenario])}"],
+                    data_dir, tmp_path, f"{scenario}.{mode}")
+
+  evaluators = {"before": job("before", "continuous_eval")}
+  deadline = time.monotonic() + 300
+  while "waiting up to" not in evaluators["before"].out.read_text():
+    assert evaluators["before"].poll() is None, _finish(evaluators["before"])
+    assert time.monotonic() < deadline
+    time.sleep(0.2)
+  trainers = {s: job(s, "train") for s in prefixes}
+  evaluators["with"] = job("with", "continuous_eval")
+  for trainer in trainers.values():
+    _finish(trainer)
+  evaluators["after"] = job("after", "continuous_eval")
+  notes = []
+  for scenario, evaluator in evaluators.items():
+    stdout = _finish(evaluator)
+    prefix = prefixes[scenario]
+    log = "".join(gcs_box.read(n).decode() for n in gcs_box.list(f"{prefix}/logs/")
+                  if ".INFO." in n)
+    entries = sorted((json.loads(gcs_box.read(n))
+                      for n in gcs_box.list(f"{prefix}/{continuous_eval.LEDGER}/")
+                      if n.endswith(".json")),
+                     key=lambda e: e["global_step"])
+    notes.append(_check(scenario, log, stdout, entries))
+    assert not [n for n in gcs_box.list(f"{prefix}/{eval_claims.PRESENCE}/")
+                if n.endswith(".json")]
+  print("; ".join(notes))

@@ -17,15 +17,20 @@ at each sweep which of those to keep instead:
   host gone) nothing extra is kept, as TensorFlow would; what was kept is
   deleted at the next save.
 
-What it guarantees: a checkpoint still listed when an evaluator became
-present is deleted only once it is in the ledger, or beyond the bound, or
-once no evaluator is live; and the model_dir never holds more than
-`2 x max_to_keep` managed checkpoints. What is best effort: checkpoints
-rotated away before any evaluator was present cannot be evaluated, nor can
-those beyond the bound (an evaluator slower than the trainer for
-`max_to_keep` checkpoints in a row); and a trainer that has finished keeps
-what it kept until its next run's first save: it never waits for an
-evaluator, and never deletes after it stops.
+What it guarantees: from the first save that finds an evaluator present
+(the trainer logs "Evaluator <owner> is live: from ckpt-<step> on"), each
+checkpoint the state file lists is deleted only once the ledger holds it,
+or beyond the bound, or once no evaluator is live; and the model_dir never
+holds more than `2 x max_to_keep` managed checkpoints. What is best
+effort: checkpoints rotated away before any evaluator was present cannot be
+evaluated (an evaluator is present from the start of its evaluation loop,
+once built: one started after the trainer finished sees the last
+`max_to_keep`), nor can those beyond the bound (an evaluator slower than
+the trainer for `max_to_keep` checkpoints in a row); a checkpoint an
+evaluator records in the milliseconds between the trainer's check and its
+"missing" record is recorded missing; and a trainer that has finished keeps
+what it kept, listed, until its next run's first save: it never waits for
+an evaluator, and never deletes after it stops.
 
 The sweep runs in the save's write callback, so a save costs one listing
 (`evaluators/`) more, and while an evaluator is live, a read of each
