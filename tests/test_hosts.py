@@ -32,11 +32,15 @@ import gcs_box as gcs_box_lib
 
 WORKER_PORT = 2222  # Each host has its own ports: one port for every worker.
 STEPS = 60
-# Every checkpoint is kept (max_to_keep above the 6 a run writes), so that
-# the evaluator's count does not depend on retention waiting for it.
+SAVED = list(range(10, STEPS + 1, 10))  # A checkpoint each loop.
+# TensorFlow would delete the first 3 of the 6 checkpoints before the
+# evaluator on host3 sees them; retention (tfm_ext.retention) keeps those
+# not yet evaluated while the evaluator's presence beats, up to 2 x 3: the
+# run's 6, so none is evaluated or deleted by chance.
+MAX_TO_KEEP = 3
 MULTI = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
          "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
-         "trainer.max_to_keep=20,task.model.dropout_rate=0.0,"
+         f"trainer.max_to_keep={MAX_TO_KEEP},task.model.dropout_rate=0.0,"
          "runtime.distribution_strategy=multi_worker_mirrored")
 # The lease's timing, short for the test (defaults: 10 s and 60 s).
 HEARTBEAT_SECONDS = 1
@@ -133,14 +137,14 @@ def _tf_config(workers, index):
                      "task": {"type": "worker", "index": index}})
 
 
-def _start_workers(workers, model_dir, out_dir):
+def _start_workers(workers, model_dir, out_dir, env):
   return [Job(host, ["--experiment=digits_rows", "--mode=train",
                      f"--model_dir={model_dir}", f"--params_override={MULTI}"],
               out_dir,
               env={"TF_CONFIG": _tf_config(workers, i),
                    # TF's preemption handler asks the GCE metadata server:
                    # a closed port on the host's own loopback.
-                   "GCE_METADATA_IP": "127.0.0.1:9"})
+                   "GCE_METADATA_IP": "127.0.0.1:9", **env})
           for i, host in enumerate(workers)]
 
 
@@ -165,8 +169,7 @@ def test_each_host_has_its_name_address_and_tmp_and_reaches_the_lan_alone(
     gcs_box, hosts):
   for host in hosts:
     seen = host.run(["sh", "-c", "hostname; getent hosts www.googleapis.com "
-                     "host1 host2 host3 | cut -d' ' -f1; ls -A /tmp; "
-                     "echo $TMPDIR"])
+                     "host1 host2 host3 | cut -d' ' -f1; echo $TMPDIR"])
     assert seen.returncode == 0, seen
     assert seen.stdout.split() == [host.name, gcs_box_lib.SERVER_IP,
                                    *(h.ip for h in hosts), "/tmp"], seen
@@ -214,16 +217,21 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
   workers, evaluator_host = hosts[:2], hosts[2]
   requests = os.path.join(gcs_box.state_dir, "requests.log")
   seen = os.path.getsize(requests)  # The session's other tests' requests.
+  # This test's TMPDIR on each host: what the jobs leave there is checked.
+  env = {"TMPDIR": f"/tmp/{prefix}"}
+  for host in hosts:
+    assert host.run(["mkdir", env["TMPDIR"]]).returncode == 0
   # Started first: it waits for the trainer's params.yaml, then for each
   # checkpoint, through the preemption too (up to 300 s without one).
   evaluator = Job(evaluator_host, [
       "--experiment=digits_rows", "--mode=continuous_eval",
       f"--model_dir={model_dir}",
-      "--params_override=trainer.continuous_eval_timeout=300"], str(tmp_path))
-  jobs = _start_workers(workers, model_dir, str(tmp_path))
+      "--params_override=trainer.continuous_eval_timeout=300"], str(tmp_path),
+                  env=env)
+  jobs = _start_workers(workers, model_dir, str(tmp_path), env)
   try:
     # SIGTERM to the worker that is not the chief, once it trained a loop.
-    jobs[1].wait_until(lambda: any(s >= 20 for s in jobs[1].steps()))
+    jobs[1].wait_until(lambda: any(s >= 10 for s in jobs[1].steps()))
     jobs[1].proc.send_signal(signal.SIGTERM)
     assert [job.finish() for job in jobs] == [42, 42], jobs
     for job in jobs:
@@ -231,10 +239,10 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     summary = _json(gcs_box, f"{prefix}/run_summary.json")
     saved = summary["global_step"]
     assert summary["status"] == "preempted"
-    assert 20 <= saved < STEPS and saved % 10 == 0, summary
+    assert 10 < saved < STEPS and saved % 10 == 0, summary
     assert _checkpoint_steps(gcs_box, prefix)[-1] == saved
 
-    jobs = _start_workers(workers, model_dir, str(tmp_path))
+    jobs = _start_workers(workers, model_dir, str(tmp_path), env)
     assert [job.finish() for job in jobs] == [0, 0], jobs
     summary = _json(gcs_box, f"{prefix}/run_summary.json")
     assert (summary["status"], summary["global_step"]) == ("completed", STEPS)
@@ -245,15 +253,16 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     assert evaluator.finish() == 0, evaluator
   finally:
     _stop([*jobs, evaluator])
-  saved_steps = _checkpoint_steps(gcs_box, prefix)
-  assert saved_steps == list(range(10, STEPS + 1, 10))
   ledger = [_json(gcs_box, name)
             for name in gcs_box.list(f"{prefix}/eval_ledger/")
             if name.endswith(".json")]
   evaluated = sorted(e["global_step"] for e in ledger
                      if e["status"] == "evaluated")
-  print(f"saved {saved_steps}, preempted at {saved}, evaluated {evaluated}")
-  assert evaluated == saved_steps, ledger
+  kept = _checkpoint_steps(gcs_box, prefix)
+  print(f"saved {SAVED}, preempted at {saved}, evaluated {evaluated}, "
+        f"kept {kept}")
+  assert evaluated == SAVED, ledger
+  assert kept[-1] == STEPS and len(kept) <= 2 * MAX_TO_KEEP, kept
   eval_summary = _json(gcs_box, f"{prefix}/eval_summary.json")
   assert eval_summary["global_step"] == STEPS
   # The bucket heard from each host at its own address, and from nothing
@@ -262,10 +271,16 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     f.seek(seen)
     clients = {line.split()[1] for line in f if '"' in line}
   assert clients == {h.ip for h in hosts}, clients
-  # Each host kept its own files in its own /tmp: the digits cache.
+  # Each host kept its own files in its own /tmp: the digits cache; and no
+  # job (preempted, finished, the evaluator) left a temp dir in TMPDIR:
+  # neither the chief's and evaluator's log dirs (copied to the bucket) nor
+  # the other worker's checkpoint dirs. (That worker's absl log files stay
+  # there: it has no model_dir of its own to keep them.)
   for host in hosts:
     assert host.run(["test", "-s", "/tmp/data/digits/train-00000-of-00001"
                      ".tfrecord"]).returncode == 0, host
+    left = host.run(["find", env["TMPDIR"], "-mindepth", "1", "-type", "d"])
+    assert (left.returncode, left.stdout) == (0, ""), (host, left)
 
 
 @pytest.mark.slow
@@ -280,7 +295,10 @@ def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
   train = ["--experiment=digits_convnet", "--mode=train",
            f"--model_dir={model_dir}", override.format(100000, 100000)]
   lease_env = {"TFM_EXT_LEASE_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
-               "TFM_EXT_LEASE_STALE_SECONDS": str(STALE_SECONDS)}
+               "TFM_EXT_LEASE_STALE_SECONDS": str(STALE_SECONDS),
+               "TMPDIR": f"/tmp/{prefix}"}
+  for host in hosts[:2]:
+    assert host.run(["mkdir", lease_env["TMPDIR"]]).returncode == 0
   holder = Job(hosts[0], train, str(tmp_path), env=lease_env)
   # Imported while the holder starts; launched when the test says.
   second = Job(hosts[1], train, str(tmp_path), env=lease_env, held=True)
@@ -323,4 +341,8 @@ def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
   assert age >= STALE_SECONDS, taken  # Rounded to the second.
   summary = _json(gcs_box, f"{prefix}/run_summary.json")
   assert (summary["status"], summary["global_step"]) == ("completed", 20)
-  assert not gcs_box.list(lease_name)  # Released at the end.
+  assert lease_name not in gcs_box.list(lease_name)  # Released at the end.
+  # host2's refused and finished runs left nothing in its TMPDIR. (host1's
+  # SIGKILLed trainer left its log's temp dir: nothing cleans that.)
+  left = hosts[1].run(["ls", "-A", lease_env["TMPDIR"]])
+  assert (left.returncode, left.stdout) == (0, ""), left

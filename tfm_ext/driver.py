@@ -16,6 +16,7 @@
 """
 
 import dataclasses
+import shutil
 import time
 from typing import Optional
 
@@ -178,7 +179,8 @@ def run_parts(plan: Plan, parts: assembly.Parts,
               watcher: preemption.SignalWatcher) -> RunSummary:
   """Runs the mode of `plan` on assembled `parts`; see `run`.
 
-  However the run ends, it releases the trainer lease `assemble` took.
+  However the run ends, it releases the trainer lease `assemble` took, and
+  a worker other than the chief deletes the temp dir it wrote to.
   """
   # What a mode writes outside Orbit's calls (records, the ledger) is
   # that mode's phase: a full disk there is the run's storage failing.
@@ -190,6 +192,10 @@ def run_parts(plan: Plan, parts: assembly.Parts,
   finally:
     if parts.trainer_lease:
       parts.trainer_lease.release()
+    if not parts.chief:
+      # Its checkpoints and records (`assembly`: a temp dir of its own, a
+      # whole checkpoint each save) are read by no one once it ends.
+      shutil.rmtree(parts.write_dir, ignore_errors=True)
 
 
 def _run_mode(plan: Plan, parts: assembly.Parts,
