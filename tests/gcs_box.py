@@ -52,7 +52,8 @@ variables are removed too: nothing is to be reached through one.
 Needs root (for the network namespace and the bind mount), util-linux
 (`unshare`, `nsenter`, `mount`), iproute2 (`ip`), `openssl` and `getent`;
 the `gcs_box` fixture skips, with the reason, where one is missing (fails,
-with `TFM_EXT_GCS_BOX=required`).
+with `TFM_EXT_GCS_BOX=required`). Hosts need the kernel's veth pairs and
+bridges too (tests/test_hosts.py's `hosts` fixture skips or fails alike).
 
 For a person, one command in the box (as root; the bucket is
 `tfm-ext-test`, in the emulator's memory: the box lists it when it ends):
