@@ -358,14 +358,15 @@ def restore_status(restore: Callable[[str], None], path: str, *,
 
 
 def _listed(path: str) -> bool:
-  """Whether the index and a data file of checkpoint `path` are listed.
+  """Whether the index of checkpoint `path` is listed.
 
-  A listing, not `exists`: TF's GCS client answers a stat of an object
-  another process deleted from its cache (`GCS_STAT_CACHE_MAX_AGE`).
+  TensorFlow's rotation deletes the index first: an index without its data
+  is damage (unreadable), not a rotation. A listing, not `exists`: TF's GCS
+  client answers a stat of an object another process deleted from its
+  cache (`GCS_STAT_CACHE_MAX_AGE`); and a pattern, since a name alone
+  may be answered by such a stat.
   """
-  found = tf.io.gfile.glob(path + ".*")
-  return (path + ".index" in found
-          and any(f.startswith(path + ".data-") for f in found))
+  return path + ".index" in tf.io.gfile.glob(path + ".*")
 
 
 def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,
