@@ -20,6 +20,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from conftest import REPO
 from conftest import TRAIN
 import gcs_box as gcs_box_lib
@@ -55,10 +57,11 @@ for r in range(rounds):
 """
 
 
+@pytest.mark.slow
 def test_racing_trainers_on_a_bucket_never_both_take_the_lease(gcs_box):
   """Slowed racers: a settle-and-read-back lease let two win in 6 of 6."""
   base = gcs_box.bucket_url(f"race-{uuid.uuid4().hex[:8]}")
-  rounds, period, delays = 3, 6.0, (0.0, 0.7, 1.5)
+  rounds, period, delays = 2, 6.0, (0.0, 0.7, 1.5)
   racers = [gcs_box.start(
       [sys.executable, "-c", RACER, base, str(rounds), str(period),
        str(delay)], env=dict(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"),
@@ -153,6 +156,7 @@ def test_a_holder_reads_a_takeover_through_tfs_stat_cache_and_stops(
         r"Another trainer took over .* pid 4242", outcome["lost"]), outcomes
 
 
+@pytest.mark.slow
 def test_two_trainers_staggered_on_a_bucket_one_trains_the_other_exits_2(
     gcs_box, data_dir, tmp_path):
   """Launched as a user does, 0 s and 2 s apart; the loser names the winner."""
