@@ -82,9 +82,11 @@ def write_text(path: str, text: str) -> None:
   """Writes `text` to `path` whole: a reader never sees it half-written.
 
   TensorFlow's rule for the file system decides, as for its own checkpoint
-  state file: a temp file and a rename where the rename is atomic (a local
-  disk, HDFS, `ram://`, where a write over a longer file would also leave
-  that file's tail), else one write of the object (`gs://`, `s3://`).
+  state file: a temp file and a rename where it says the rename is atomic
+  (a local disk, HDFS, `ram://`, where a write over a longer file would
+  also leave that file's tail; TensorFlow 2.20 says so for `gs://` too,
+  where the rename is a server-side copy and a delete), else one write of
+  the object.
   gfile has no fsync: a record survives a killed process, as TensorFlow's
   own files do, not necessarily a power cut.
   """
