@@ -80,7 +80,8 @@ namespaces for the jobs `nsenter`ed into it:
   no default route, so nothing beyond the LAN's addresses is reachable;
 * its name (`hostname` is the host's name; `socket.gethostname()`, and so
   the trainer lease, sees one host per name);
-* its files: a tmpfs on `/tmp` (its own, empty), `/etc/hosts` mapping the
+* its files: a tmpfs on `/tmp` (its own, empty but for the checkout
+  when that is under `/tmp`), `/etc/hosts` mapping the
   Google names to 10.77.0.1 and every host's name to its address, and the
   box's CA in place of the system's bundle
   (`/etc/ssl/certs/ca-certificates.crt`, which `CURL_CA_BUNDLE` names):
@@ -582,8 +583,20 @@ def _host_hold(state_dir, name, ip, bucket):
             ("--bind", os.path.join(state_dir, "ca.pem"), HOST_CA_BUNDLE),
             # Last: the sources above may be under /tmp.
             ("-t", "tmpfs", "-o", "mode=1777", f"tmpfs-{name}", "/tmp"))
+  # The checkout the jobs run from (CI may clone it under /tmp) stays in
+  # sight: bound back through a descriptor opened before the tmpfs hid it
+  # (`--no-canonicalize`: mount would resolve the /proc link to a path).
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  under_tmp = repo.startswith("/tmp/")
+  checkout = os.open(repo, os.O_RDONLY | os.O_DIRECTORY) if under_tmp else -1
   for args in mounts:
     subprocess.run(["mount", *args], check=True, stdout=sys.stderr)
+  if under_tmp:
+    os.makedirs(repo, exist_ok=True)
+    subprocess.run(["mount", "--no-canonicalize", "--bind",
+                    f"/proc/{os.getpid()}/fd/{checkout}", repo], check=True,
+                   stdout=sys.stderr)
+    os.close(checkout)
   socket.sethostname(name)
   subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
   print("namespaces", flush=True)

@@ -59,7 +59,8 @@ def test_override_of_missing_key_names_the_key(launch_forked, tmp_path):
   run = launch_forked(EXP, "--mode=train",
                       "--params_override=trainer.trian_steps=5",
                       model_dir=tmp_path / "m")
-  assert_clean_usage_error(run, "--params_override", "'trian_steps'")
+  assert_clean_usage_error(run, "--params_override", "trainer.trian_steps",
+                           "Closest: trainer.train_steps")
 
 
 def test_bad_gin_binding(launch_forked, tmp_path):

@@ -308,8 +308,11 @@ SLOW_EVAL = ("--params_override=task.validation_data.global_batch_size=2,"
 EVAL_STEPS = (10, 20)
 # What is not compared: logs, the TensorBoard events and what is drawn from
 # them, and what each evaluator writes of its own run as it exits.
+# What an evaluator writes of its own besides records: its presence in
+# evaluators/ (retention's heartbeat, removed when it stops) among them.
 NOT_LEDGER = ("logs", "validation", "metrics.csv", "curves.png",
-              "eval_summary.json", "operative_config.continuous_eval.gin")
+              "eval_summary.json", "operative_config.continuous_eval.gin",
+              "evaluators")
 
 
 @pytest.fixture(scope="module")
