@@ -32,7 +32,7 @@ from tfm_ext import eval_claims
 # pylint: disable=redefined-outer-name
 
 
-def _manager(model_dir, max_to_keep):
+def _manager(model_dir, max_to_keep, records_unwatched=False):
   """A trainer's manager of a tiny checkpoint, and `save(step)`."""
   step = tf.Variable(0, dtype=tf.int64)
   trainer = types.SimpleNamespace(
@@ -41,7 +41,7 @@ def _manager(model_dir, max_to_keep):
   manager = checkpointing.build_manager(
       trainer, model_dir, types.SimpleNamespace(checkpoint_interval=1),
       evaluates_only=False, init_fn=None, max_to_keep=max_to_keep,
-      before_save=lambda: None)
+      before_save=lambda: None, records_unwatched=records_unwatched)
 
   def save(at):
     step.assign(at)
@@ -93,6 +93,28 @@ def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
   _, save = _manager(model_dir, max_to_keep=2)
   save(8)
   assert _on_disk(model_dir) == [7, 8]
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_a_train_job_records_what_it_rotates_away_unwatched(tmp_path, records):
+  model_dir = str(tmp_path)
+  _, save = _manager(model_dir, max_to_keep=2, records_unwatched=records)
+  for step in (1, 2, 3):
+    save(step)
+  with eval_claims.announced(model_dir):
+    save(4)  # Kept for the evaluator: not recorded.
+    continuous_eval.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
+                                                 "evaluated")
+  save(5)  # Gone again: ckpt-2 (evaluated) and ckpt-3 rotate away.
+  entries = continuous_eval.read_ledger(model_dir)
+  missing = [(e["global_step"], e["evaluator"], e["why"]) for e in entries
+             if e["status"] == "missing"]
+  assert _on_disk(model_dir) == [4, 5]
+  why = continuous_eval.UNWATCHED
+  assert missing == ([(1, "trainer", why), (3, "trainer", why)] if records
+                     else [])
+  assert [e["status"] for e in entries if e["global_step"] == 2] == [
+      "evaluated"]
 
 
 @pytest.mark.parametrize("presence", [
@@ -302,9 +324,20 @@ def _check(scenario, trainer_log, evaluator_stdout, entries):
   saved = [int(s) for s in re.findall(r"saved checkpoint to \S*ckpt-(\d+)\.",
                                       trainer_log)]
   assert saved == SAVED, trainer_log[-3000:]
-  steps = [e["global_step"] for e in entries]
-  assert len(steps) == len(set(steps)), entries  # No step twice.
-  assert {e["status"] for e in entries} == {"evaluated"}, entries
+  assert [e["global_step"] for e in entries] == SAVED, entries  # Each once.
+  # What the trainer rotated away before its evaluator was present, it
+  # recorded, and the evaluator warned of; the rest was evaluated.
+  unwatched = [e["global_step"] for e in entries if e["status"] == "missing"]
+  assert all(e["evaluator"] == "trainer"
+             and e["why"] == continuous_eval.UNWATCHED
+             for e in entries if e["status"] == "missing"), entries
+  steps = [e["global_step"] for e in entries if e["status"] == "evaluated"]
+  assert sorted(unwatched + steps) == SAVED, entries
+  if unwatched:
+    warned = re.search(r"(\d+) checkpoint\(s\) were deleted by the trainer's "
+                       r"max_to_keep while no evaluator was present",
+                       trainer_log)
+    assert warned and int(warned[1]) == len(unwatched), trainer_log[-3000:]
   # Each evaluation ran once, and is the one recorded (a slow one prints
   # "eval @ step N | batch i/n" lines as it goes).
   ran = [int(s) for s in re.findall(r"^eval @ step (\d+) \| (?!batch )",
@@ -319,7 +352,8 @@ def _check(scenario, trainer_log, evaluator_stdout, entries):
     expected = [s for s in SAVED if s >= int(live[1])]
   assert steps == expected, (scenario, steps, expected)
   return (f"{scenario}: {len(steps)} of {len(saved)} saved checkpoints "
-          f"evaluated, once each (from ckpt-{steps[0]} on)")
+          f"evaluated, once each (from ckpt-{steps[0]} on), "
+          f"{len(unwatched)} recorded missing")
 
 
 def _local_log(model_dir):

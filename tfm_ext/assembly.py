@@ -180,7 +180,10 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
       init_fn=None if restored_elsewhere and not chief else trainer.initialize,
       max_to_keep=params.trainer.max_to_keep if chief else 1,
       enable_async=request.enable_async_checkpointing,
-      before_save=held.assert_held if held else None)
+      before_save=held.assert_held if held else None,
+      # A training job that does not evaluate is what a continuous_eval
+      # joins: it records what no evaluator saw.
+      records_unwatched=chief and mode.trains and not mode.evaluates)
 
   step = strategies.host_readable(trainer.global_step, strategy)
   failures.set_run(global_step=lambda: int(step.numpy()))

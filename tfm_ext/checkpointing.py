@@ -50,12 +50,15 @@ from tfm_ext import retention
 def build_manager(trainer, directory: str, trainer_config, *,
                   evaluates_only: bool, init_fn: Optional[Callable[[], None]],
                   max_to_keep: int, enable_async: bool = False,
-                  before_save: Optional[Callable[[], None]] = None
+                  before_save: Optional[Callable[[], None]] = None,
+                  records_unwatched: bool = False
                   ) -> Optional[tf.train.CheckpointManager]:
   """The manager of `trainer.checkpoint` in `directory`; None without one.
 
   A `FencedManager`, an `AsyncSavingManager` with `enable_async`; fenced by
-  `before_save` when given (see the module docstring).
+  `before_save` when given (see the module docstring); with
+  `records_unwatched`, what it rotates away while no evaluator is present
+  is recorded in the ledger as missing (`tfm_ext.retention`).
   """
   fenced = before_save is not None
   checkpoint = trainer.checkpoint
@@ -72,6 +75,7 @@ def build_manager(trainer, directory: str, trainer_config, *,
       step_counter=trainer.global_step,
       checkpoint_interval=trainer_config.checkpoint_interval,
       init_fn=init_fn)
+  manager.records_unwatched = records_unwatched
   if fenced:
     # pylint: disable=protected-access
     manager.before_save = before_save
@@ -206,6 +210,9 @@ class FencedManager(tf.train.CheckpointManager):
   """A manager whose saves are phase `save`, fenced by `before_save`."""
 
   before_save: Callable[[], None] = staticmethod(lambda: None)
+  # Records what it rotates away unevaluated while no evaluator is present
+  # (a `train` job's, which a continuous_eval may join later).
+  records_unwatched: bool = False
   _retention: Optional[retention.Retention] = None
 
   def save(self, checkpoint_number=None, check_interval=True, options=None):
@@ -223,13 +230,14 @@ class FencedManager(tf.train.CheckpointManager):
     """TF's sweep, but what a live evaluator waits for stays (`retention`)."""
     self.before_save()
     # pylint: disable=protected-access
-    if self._max_to_keep and self._retention is None:
-      self._retention = retention.Retention(self.directory, self._max_to_keep)
-    kept, dropped = (self._retention.split(list(self._maybe_delete))
-                     if self._max_to_keep else ([], []))
-    if not kept:  # Then none is dropped either.
+    if not self._max_to_keep:
       super()._sweep()
       return
+    if self._retention is None:
+      self._retention = retention.Retention(
+          self.directory, self._max_to_keep,
+          records_unwatched=self.records_unwatched)
+    kept = self._retention.kept(list(self._maybe_delete))
     managed = list(self._maybe_delete.items())
     for path in kept:
       del self._maybe_delete[path]
@@ -238,7 +246,7 @@ class FencedManager(tf.train.CheckpointManager):
     self._maybe_delete.clear()
     self._maybe_delete.update((path, stamp) for path, stamp in managed
                               if path in left or path in kept)
-    self._retention.record_dropped(dropped)
+    self._retention.record_deleted()
 
   def _should_save(self, check_interval: bool) -> bool:
     """Whether `save` will write: TF's own test, step against interval."""

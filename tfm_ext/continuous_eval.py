@@ -13,7 +13,9 @@ While it runs, the evaluator is present on the model_dir
 evaluator has recorded yet past `max_to_keep`, up to `2 x max_to_keep` in all
 (`tfm_ext.retention`). A checkpoint deleted before it was read (rotated away
 before any evaluator was present, or beyond that bound, or by a user) is
-skipped with a warning and recorded as "missing": gone is decided by listing
+skipped with a warning and recorded as "missing" (a trainer in mode `train`
+records those it rotated away while no evaluator was present, and the
+evaluator warns of them as it starts and ends): gone is decided by listing
 its files, which an object store answers fresh, not by a stat that TF's GCS
 client may answer from its cache. A restore that fails while the files are
 there is tried again for `_files.STALE_READ_SECONDS` (an object rewritten by
@@ -71,6 +73,10 @@ _ENTRY_KEYS = ("checkpoint", "global_step", "status")
 # The statuses of a checkpoint whose evaluation ran to its end.
 _EVALUATION_RAN = ("evaluated", "empty")
 COMPLETE_MARKER = "training_complete.json"
+# The `why` of a "missing" record the trainer wrote for a checkpoint it
+# rotated away while no evaluator was present (`tfm_ext.retention`).
+UNWATCHED = ("rotated away by max_to_keep while no evaluator was present on "
+             "the model_dir")
 POLL_SECONDS = 1.0
 
 
@@ -172,9 +178,15 @@ class EvalLedger:
   """The checkpoints this model_dir's evaluators have dealt with."""
 
   def __init__(self, model_dir: str):
-    self._dir = os.path.join(model_dir, LEDGER)
+    self._model_dir = model_dir
+    self.directory = os.path.join(model_dir, LEDGER)
     self.entries: Dict[str, Dict[str, Any]] = {
         e["checkpoint"]: e for e in read_ledger(model_dir)}
+
+  def catch_up(self) -> None:
+    """Reads the records written since: one listing, a read of each new one."""
+    for name in recorded_checkpoints(self._model_dir) - set(self.entries):
+      self.recorded_elsewhere(name)
 
   def __contains__(self, checkpoint_path: str) -> bool:
     return os.path.basename(checkpoint_path) in self.entries
@@ -186,7 +198,7 @@ class EvalLedger:
     """
     name = os.path.basename(checkpoint_path)
     try:
-      entry = _files.read_object(os.path.join(self._dir, name + ".json"),
+      entry = _files.read_object(os.path.join(self.directory, name + ".json"),
                                  _ENTRY_KEYS)
     except (tf.errors.NotFoundError, ValueError):
       return False  # Not there, or not whole: not recorded.
@@ -197,7 +209,7 @@ class EvalLedger:
              metrics: Optional[Mapping[str, float]] = None,
              evaluator: str = "") -> None:
     entry = _entry(checkpoint_path, status, metrics or {}, evaluator)
-    _files.write_record(self._dir, entry["checkpoint"], entry)
+    _files.write_record(self.directory, entry["checkpoint"], entry)
     self.entries[entry["checkpoint"]] = entry
 
   def evaluated_steps(self) -> List[int]:
@@ -237,6 +249,7 @@ def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
                    timeout, should_stop, clock, sleep):
   """`evaluate_continuously`, once this evaluator is present."""
   ledger = EvalLedger(model_dir)
+  warned = _warn_unwatched(ledger, set())
   seen = set()
   last_new = clock()
   output = None
@@ -281,7 +294,35 @@ def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
       logging.warning("No new checkpoint for %.0f s; stopping.", waited)
       break
     sleep(POLL_SECONDS)
+  ledger.catch_up()
+  _warn_unwatched(ledger, warned)
   return output
+
+
+def _warn_unwatched(ledger: "EvalLedger", warned: Set[str]) -> Set[str]:
+  """Warns of the checkpoints the trainer rotated away unevaluated.
+
+  Those its ledger records say no evaluator was present for
+  (`UNWATCHED`), less `warned`; returns all it has warned of.
+  """
+  names = [e["checkpoint"] for e in ledger.entries.values()
+           if e.get("why") == UNWATCHED and e["checkpoint"] not in warned]
+  if names:
+    logging.warning(
+        "%d checkpoint(s) were deleted by the trainer's max_to_keep while no "
+        "evaluator was present, and were never evaluated: %s (recorded as "
+        "missing in %s). Start continuous_eval with the training job, or "
+        "raise max_to_keep, to evaluate every checkpoint.", len(names),
+        _ranges(names), ledger.directory)
+  return warned | set(names)
+
+
+def _ranges(names: List[str]) -> str:
+  """`ckpt-10, ckpt-20 ... ckpt-90`: at most the first two and the last."""
+  names = sorted(names, key=checkpoint_state.step_of)
+  if len(names) <= 3:
+    return ", ".join(names)
+  return f"{names[0]}, {names[1]} ... {names[-1]}"
 
 
 def _evaluate(controller: orbit.Controller, eval_steps: int, path: str):
