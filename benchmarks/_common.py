@@ -82,17 +82,37 @@ def peak_rss_mib(pid: int) -> Optional[float]:
     return None
 
 
-def cpu_seconds(pid: int) -> Optional[float]:
-  """User and system CPU time of a process, all its threads (those that
-  ended too); None once it is gone."""
+def thread_cpu(pid: int) -> Optional[Dict[str, int]]:
+  """Nanoseconds each live thread of `pid` has run, by thread id.
+
+  The scheduler's own count (`/proc/<pid>/task/<tid>/schedstat`), exact to
+  the nanosecond; `/proc/<pid>/stat`'s user and system time are samples at
+  the clock's tick (10 ms), a few percent of a window. None once `pid` is
+  gone.
+  """
+  tasks = f"/proc/{pid}/task"
+  out = {}
   try:
-    with open(f"/proc/{pid}/stat") as f:
-      # utime and stime, counted after the command name, which may hold
-      # spaces but ends at the last ")".
-      fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-  except (OSError, IndexError, ValueError):
+    tids = os.listdir(tasks)
+  except OSError:
     return None
+  for tid in tids:
+    try:
+      with open(f"{tasks}/{tid}/schedstat") as f:
+        out[tid] = int(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+      pass  # The thread ended.
+  return out
+
+
+def cpu_between(start: Dict[str, int], end: Dict[str, int]) -> float:
+  """Seconds the threads ran from one `thread_cpu` reading to another.
+
+  A thread started in between counts whole; one that ended in between
+  counts nothing of its last share (TensorFlow's and tf.data's pools live as
+  long as the process).
+  """
+  return sum(ns - start.get(tid, 0) for tid, ns in end.items()) / 1e9
 
 
 class Spinners:

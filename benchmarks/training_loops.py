@@ -18,9 +18,10 @@ process as each variant's progress line (`tfm_ext.console.TrainProgress`)
 arrives. Per marginal step it gives:
 
     wall_ms      wall time: what a user waits, and what contention moves
-    cpu_ms       the child's CPU time, all threads, user and system
-                 (`/proc/<pid>/stat`): the work it did, which another job on
-                 the machine moves far less
+    cpu_ms       the child's CPU time, all threads, user and system, as the
+                 scheduler counts it (`/proc/<pid>/task/*/schedstat`, in
+                 nanoseconds): the work it did, which another job on the
+                 machine moves far less
     instructions, cycles
                  hardware counters (`perf stat -p`), where the kernel
                  exposes them (`hardware_counters()`; a VM often does not)
@@ -209,9 +210,9 @@ class Counters:
 class Live:
   """A variant training in a child process that can be stopped and resumed.
 
-  A thread reads its output and queues `(seconds, step, cpu_seconds)` for
-  each progress line as it arrives: this process's clock, and the child's
-  CPU time so far (`_common.cpu_seconds`).
+  A thread reads its output and queues `(seconds, step, thread_cpu)` for
+  each progress line as it arrives: this process's clock, and the CPU time
+  of each of the child's threads so far (`_common.thread_cpu`).
   """
 
   def __init__(self, name: str, argv: Sequence[str]):
@@ -231,7 +232,7 @@ class Live:
       match = PROGRESS_LINE.match(line)
       if match:
         self.marks.put((now - self.started, int(match.group(1)),
-                        _common.cpu_seconds(self.proc.pid)))
+                        _common.thread_cpu(self.proc.pid)))
     self.marks.put(None)  # The child is gone.
 
   def next_mark(self, timeout: float):
@@ -322,7 +323,8 @@ def pairs(workload: Workload, names: Sequence[str], rounds: int,
           child.pause()
           steps = end[1] - start[1]
           row = [r, condition, name, steps, round(end[0] - start[0], 4),
-                 round(end[2] - start[2], 3), round(os.getloadavg()[0], 2),
+                 round(_common.cpu_between(start[2], end[2]), 4),
+                 round(os.getloadavg()[0], 2),
                  *(counts.get(event) for event in counters)]
           out["windows"].append(row)
           print(f"[{r + 1}/{rounds}] {condition} {name}: "
@@ -332,7 +334,7 @@ def pairs(workload: Workload, names: Sequence[str], rounds: int,
   finally:
     busy.close()
     for name, child in live.items():
-      out["variants"][name].update(child.close())
+      out["variants"].setdefault(name, {}).update(child.close())
   out["window_fields"] = list(WINDOW_FIELDS) + counters
   return out
 
