@@ -171,7 +171,7 @@ def registered() -> str:
     width = max(map(len, entries), default=0)
     lines.append(f"{title}:")
     lines += [f"  {name:<{width}}  {_first_line(obj)}".rstrip()
-              for name, obj in sorted(entries.items())]
+              for name, obj in sorted(entries.items())] or ["  (none)"]
   return "\n".join(lines) + "\n"
 
 
