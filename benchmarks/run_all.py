@@ -38,8 +38,8 @@ HEADLINE = ("ours", "stock_tfm", "handwritten", "keras_fit")
 # measures fewer rounds, and the quick mode still ends within 10 minutes).
 SESSIONS = {
     "quick": {
-        "digits_convnet": ("digits_convnet", HEADLINE, 10, 2, 330),
-        "resnet50": ("resnet50", ("ours", "stock_tfm"), 8, 1, 210),
+        "digits_convnet": ("digits_convnet", HEADLINE, 10, 2, 300),
+        "resnet50": ("resnet50", ("ours", "stock_tfm"), 8, 1, 180),
     },
     "full": {
         "digits_convnet": ("digits_convnet", HEADLINE + (

@@ -76,11 +76,14 @@ def test_spinners_hold_as_many_cores_as_asked():
   with _common.Spinners(2) as busy:
     busy.hold(1)
     pids = [proc.pid for proc in busy._procs]
-    before = [_common.cpu_seconds(pid) for pid in pids]
+    before = [_common.thread_cpu(pid) for pid in pids]
     time.sleep(0.5)
-    used = [_common.cpu_seconds(pid) - b for pid, b in zip(pids, before)]
-  # A loaded machine gives the running one less than a core, never none.
-  assert used[0] > 0 and used[1] == 0
+    used = [_common.cpu_between(b, _common.thread_cpu(pid))
+            for pid, b in zip(pids, before)]
+  # A loaded machine gives the running one less than a core, never none;
+  # the other is stopped (the scheduler's count, in ns, may still see it
+  # take the signal).
+  assert used[0] > 0.05 and used[1] < 0.001
 
 
 @pytest.mark.skipif(not shutil.which("perf"), reason="no perf")
@@ -110,8 +113,7 @@ def test_a_run_writes_one_file_of_paired_windows_and_renders_its_rows(
   assert len(windows) == 8 and {w["steps"] for w in windows} == {20}
   assert {(w["condition"], w["variant"]) for w in windows} == {
       (c, v) for c in ("idle", "loaded") for v in ("ours", "stock_tfm")}
-  # Stock TFM's stand-in burns twice ours' CPU a step: so say the pairs
-  # (to a clock tick of 10 ms in windows of 60 and 120 ms).
+  # Stock TFM's stand-in burns twice ours' CPU a step: so say the pairs.
   ratios = run_all.pair_ratios(session, "stock_tfm")
   for condition in ("idle", "loaded"):
     assert ratios[condition]["cpu"]["n"] == 2
