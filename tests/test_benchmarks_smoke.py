@@ -83,7 +83,7 @@ def test_spinners_hold_as_many_cores_as_asked():
   # A loaded machine gives the running one less than a core, never none;
   # the other is stopped (the scheduler's count, in ns, may still see it
   # take the signal).
-  assert used[0] > 0.05 and used[1] < 0.001
+  assert used[0] > 0.01 and used[1] < 0.001
 
 
 @pytest.mark.skipif(not shutil.which("perf"), reason="no perf")
