@@ -142,6 +142,30 @@ SERVER_IP = "10.77.0.1"
 _FIRST_HOST = 11  # The n-th host made is 10.77.0.(10 + n).
 # In a host, the box's CA replaces the system's bundle.
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+# Source for the top of a script run in the box (`Box.run([python, "-c",
+# ANOTHER_PROCESS + script])`): `do(code)` runs `code` in another process,
+# TensorFlow loaded before the script does anything, and returns once it
+# ran. What that process writes and deletes is behind this one's caches
+# (TF's GCS client caches stats), as a trainer's is behind its evaluator's.
+ANOTHER_PROCESS = """
+import json as _json, subprocess as _subprocess, sys as _sys
+_other = _subprocess.Popen([_sys.executable, "-c", (
+    "import json, sys\\n"
+    "import tensorflow as tf\\n"
+    "print('ready', flush=True)\\n"
+    "for line in sys.stdin:\\n"
+    "  exec(json.loads(line))\\n"
+    "  print('done', flush=True)\\n")],
+    stdin=_subprocess.PIPE, stdout=_subprocess.PIPE, text=True)
+assert _other.stdout.readline() == "ready\\n"
+
+
+def do(code):
+  _other.stdin.write(_json.dumps(code) + "\\n")
+  _other.stdin.flush()
+  assert _other.stdout.readline() == "done\\n"
+"""
 _CLONE_NEWNET = 0x40000000
 
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from conftest import REPO
 from conftest import TRAIN
+import gcs_box
 from tfm_ext import checkpoint_state
 from tfm_ext import checkpointing
 from tfm_ext import continuous_eval
@@ -231,24 +232,11 @@ def test_an_async_save_in_flight_of_this_process_is_not_a_leftover(tmp_path):
 # What an evaluator meets on a bucket, TF's stat cache at its default: the
 # trainer (another process, TensorFlow loaded before) rotates ckpt-10 away
 # and saves ckpt-20 again, shorter, just after the evaluator read both.
-_STALE_CHECKPOINTS = r"""
-import subprocess, sys
+_STALE_CHECKPOINTS = gcs_box.ANOTHER_PROCESS + r"""
+import sys
 import tensorflow as tf
 from tfm_ext import continuous_eval
 d = sys.argv[1]
-# Another process (the trainer), TensorFlow loaded before the test starts:
-# its writes and deletes this one's cache does not see.
-other = subprocess.Popen([sys.executable, "-c", (
-    "import sys, tensorflow as tf\n"
-    "print('ready', flush=True)\n"
-    "for line in sys.stdin:\n"
-    "  exec(line.replace('; ', '\\n'))\n"
-    "  print('done', flush=True)\n")],
-    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-assert other.stdout.readline() == "ready\n"
-def do(code):
-  other.stdin.write(code.replace("\n", "; ") + "\n"); other.stdin.flush()
-  assert other.stdout.readline() == "done\n"
 do(f"c = tf.train.Checkpoint(v=tf.Variable(tf.ones([64])), s=tf.Variable('x' * 4000))\n"
    f"c.write('{d}/ckpt-10')\nc.write('{d}/ckpt-20')")
 reader = tf.train.Checkpoint(v=tf.Variable(tf.zeros([64])), s=tf.Variable(''))
@@ -268,7 +256,6 @@ del tries[:]
 print("ckpt-10:", continuous_eval.restore_status(restore, f"{d}/ckpt-10"), len(tries))
 del tries[:]
 print("ckpt-20:", continuous_eval.restore_status(restore, f"{d}/ckpt-20"), len(tries), reader.v.numpy()[0], reader.s.numpy())
-other.stdin.close(); other.wait()
 # What a save killed before its merge leaves, deleted at the next start.
 from tfm_ext import checkpointing
 for name in ("ckpt-30_temp/part-00000-of-00001.index",

@@ -319,25 +319,13 @@ def test_a_store_that_cannot_be_reached_is_refused_in_bounded_time(
 # -- A record another process rewrote, read through TF's stale caches -------
 
 
-_STALE_READ = """
-import json, subprocess, sys
+_STALE_READ = gcs_box_lib.ANOTHER_PROCESS + """
+import json, sys
 import tensorflow as tf
 from tfm_ext import _files
 path = sys.argv[1]
-# Another process, TensorFlow loaded before the test starts: what it writes
-# this one's cache does not see.
-writer = subprocess.Popen([sys.executable, "-c", (
-    "import sys, tensorflow as tf\\n"
-    "print('ready', flush=True)\\n"
-    "for line in sys.stdin:\\n"
-    "  tf.io.gfile.GFile(sys.argv[1], 'w').write(line.strip())\\n"
-    "  print('written', flush=True)\\n"), path],
-    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-assert writer.stdout.readline() == "ready\\n"
 def rewrite(value):
-  writer.stdin.write(json.dumps(value) + "\\n")
-  writer.stdin.flush()
-  assert writer.stdout.readline() == "written\\n"
+  do(f"tf.io.gfile.GFile({path!r}, 'w').write({json.dumps(value)!r})")
 rewrite({"token": "x" * 200})
 assert _files.read_json(path)["token"] == "x" * 200  # Cached: its length.
 rewrite({"token": "short"})
@@ -349,8 +337,6 @@ except tf.errors.InternalError as e:
 print("read_json:", json.dumps(_files.read_json(path)))
 rewrite({"token": "y" * 400})
 print("read_object:", json.dumps(_files.read_object(path, {"token": str})))
-writer.stdin.close()
-writer.wait()
 """
 
 
