@@ -12,9 +12,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
-from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
-
 from tfm_ext import _files
+from tfm_ext import _types
+from tfm_ext import checkpoint_state
 
 MANIFEST = "best_checkpoints.json"
 INFO = "info.json"  # TFM's record of the best checkpoint.
@@ -34,7 +34,7 @@ def read_manifest(directory: str) -> Dict[str, Any]:
   manifest = _files.read_object(path, {"checkpoints": list})
   for entry in manifest["checkpoints"]:
     if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
-            and _is_step(entry.get("global_step"))):
+            and _types.is_a(entry.get("global_step"), int)):
       raise _files.Damaged(f"{path} is damaged: an entry without a path "
                            f"and a global_step: {entry!r:.80}")
   return manifest
@@ -52,14 +52,8 @@ def write(directory: str, header: Mapping[str, Any],
   _files.write_json(os.path.join(directory, INFO), {
       **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
   others = sorted(entries[1:], key=lambda e: e["global_step"])
-  # What tf.train.CheckpointManager uses: an atomic write of the state.
-  # Full paths, as the manager passes them: TF stores each relative to
-  # the directory, and takes a bare name in a relative or bucket
-  # directory (`gs://`) as relative to the working directory.
-  paths = [os.path.join(directory, e["path"]) for e in others + [best]]
-  checkpoint_management.update_checkpoint_state_internal(
-      directory, paths[-1], all_model_checkpoint_paths=paths,
-      save_relative_paths=True)
+  checkpoint_state.write_state(
+      directory, [os.path.join(directory, e["path"]) for e in others + [best]])
 
 
 def read_tfm_best(directory: str
@@ -122,7 +116,3 @@ def delete_checkpoint(prefix: str) -> None:
   """Deletes the files of the checkpoint at `prefix`."""
   for path in tf.io.gfile.glob(prefix + ".*"):
     tf.io.gfile.remove(path)
-
-
-def _is_step(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)

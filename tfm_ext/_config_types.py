@@ -13,6 +13,7 @@ from typing import Any, Dict, Sequence
 
 from official.modeling import hyperparams
 
+from tfm_ext import _types
 from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
@@ -27,11 +28,11 @@ def show(value) -> str:
 
 
 def integer(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
+  return _types.is_a(value, int)
 
 
 def number(value) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool)
+  return _types.is_a(value, (int, float))
 
 
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",

@@ -36,6 +36,8 @@ import tensorflow as tf
 
 from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
 
+from tfm_ext import _types
+
 _FILE_SCHEME = "file://"
 _RECORD_SUFFIX = ".json"
 
@@ -255,8 +257,7 @@ def _decode(data: bytes,
     return None, "no " + ", ".join(missing)
   # JSON's true and false are not numbers.
   wrong = [f"{key}={value[key]!r}" for key, kind in types.items()
-           if not isinstance(value[key], kind)
-           or (isinstance(value[key], bool) and kind is not object)]
+           if not _types.is_a(value[key], kind)]
   if wrong:
     return None, "wrong type: " + ", ".join(wrong)
   return value, ""

@@ -29,7 +29,6 @@ import os
 from typing import Any, Dict, List, Mapping, Optional
 
 from absl import logging
-import orbit
 import tensorflow as tf
 
 from official.core import config_definitions
@@ -37,6 +36,7 @@ from official.core import train_utils
 
 from tfm_ext import _best_checkpoint_files as files
 from tfm_ext import _files
+from tfm_ext import logs
 
 MANIFEST = files.MANIFEST
 INFO = files.INFO
@@ -80,22 +80,6 @@ def best_of(model_dir: str, trainer_config) -> Dict[str, Any]:
           "path": os.path.join(directory, top["path"])}
 
 
-def scalar_logs(logs: Mapping[str, Any]) -> Dict[str, Any]:
-  """The scalar leaves of (nested) eval logs as floats, nesting kept."""
-  out = {}
-  for key, value in logs.items():
-    if isinstance(value, Mapping):
-      out[key] = scalar_logs(value)
-      continue
-    value = orbit.utils.get_value(value)
-    if getattr(value, "size", 1) == 1:
-      try:
-        out[key] = float(value)
-      except (TypeError, ValueError):
-        pass
-  return out
-
-
 class TopKCheckpointExporter:
   """Keeps the k best checkpoints by `metric_name` in `export_dir`.
 
@@ -134,12 +118,13 @@ class TopKCheckpointExporter:
                               global_step: int) -> bool:
     """Keeps `checkpoint` if it is among the k best; returns whether it was."""
     step = int(global_step)
-    metrics = scalar_logs(eval_logs)
+    metrics = logs.scalar_tree(eval_logs)
     value = self._value(metrics)
     if value is None:
       raise ValueError(
           f"best_checkpoint_eval_metric {self._metric_name!r} is not in the "
-          f"eval logs; they have: {sorted(_leaf_names(metrics))}.")
+          "eval logs; they have: "
+          f"{sorted(name for name, _ in logs.leaves(metrics, '|'))}.")
     if not math.isfinite(value):
       logging.warning("Best-checkpoint metric %r is %s at step %d; not kept.",
                       self._metric_name, value, step)
@@ -316,11 +301,3 @@ class TopKCheckpointExporter:
     # Best first; among equal values the older (lower step) first, so a tie
     # never displaces a kept checkpoint.
     return sorted(entries, key=lambda e: (sign * e["value"], e["global_step"]))
-
-
-def _leaf_names(logs: Mapping[str, Any], prefix: str = ""):
-  for key, value in logs.items():
-    if isinstance(value, Mapping):
-      yield from _leaf_names(value, f"{prefix}{key}|")
-    else:
-      yield prefix + key

@@ -166,7 +166,7 @@ def repair(model_dir: str, *, write: bool = True) -> Optional[str]:
                 "them")
   logging.warning("%s.", message)
   if write:
-    _write_state(model_dir, kept + [chosen])
+    write_state(model_dir, kept + [chosen])
   return chosen
 
 
@@ -257,19 +257,33 @@ def checkpoint_files(model_dir: str) -> List[str]:
   return sorted(paths, key=step_of)
 
 
-def _write_state(model_dir: str, paths: List[str]) -> None:
-  """Writes the state file as `tf.train.CheckpointManager` would."""
+def write_state(directory: str, paths: List[str]) -> None:
+  """Writes the state file of `directory` as `tf.train.CheckpointManager` would.
+
+  The one writer of a state file: `repair`'s for a run's checkpoints, and
+  the best-checkpoint exporter's for its own directory. `paths` are full
+  paths (`directory/<name>`, as the manager passes them), the one to
+  restore last: TensorFlow stores each relative to `directory`, and takes
+  a bare name in a relative or bucket (`gs://`) directory as relative to
+  the working directory.
+  """
   # The manager manages (and `max_to_keep` rotates) only checkpoints newer
   # than its last preserved timestamp: all of these.
   stamps = [_mtime(p + ".index") for p in paths]
+  # An atomic write of the whole file.
   checkpoint_management.update_checkpoint_state_internal(
-      model_dir, paths[-1], all_model_checkpoint_paths=paths,
+      directory, paths[-1], all_model_checkpoint_paths=paths,
       save_relative_paths=True, all_model_checkpoint_timestamps=stamps,
       last_preserved_timestamp=min(stamps) - 1)
 
 
 def _mtime(path: str) -> float:
-  mtime = tf.io.gfile.stat(path).mtime_nsec / 1e9
+  try:
+    mtime = tf.io.gfile.stat(path).mtime_nsec / 1e9
+  except tf.errors.NotFoundError:
+    # Deleted since it was listed (another evaluator's export evicted it):
+    # the state file is still written, as the manager would list it.
+    return time.time()
   return mtime if mtime > 0 else time.time()
 
 

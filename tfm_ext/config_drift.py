@@ -13,6 +13,7 @@ import tensorflow as tf
 import yaml
 
 from tfm_ext import checkpoint_state
+from tfm_ext import logs
 from tfm_ext import params_file
 from tfm_ext.errors import UsageError
 
@@ -38,19 +39,11 @@ HARMLESS = (
 )
 
 
-def _flatten(tree: Any, prefix: str = "") -> Dict[str, Any]:
-  if isinstance(tree, dict):
-    out = {}
-    for key, value in tree.items():
-      out.update(_flatten(value, f"{prefix}{key}."))
-    return out
-  return {prefix[:-1]: tree}
-
-
 def diff(old: Dict[str, Any], new: Dict[str, Any],
          harmless: Tuple[str, ...] = HARMLESS) -> List[str]:
   """Lines `key: old -> new` for every field that differs, but `harmless`."""
-  old_flat, new_flat = _flatten(old), _flatten(new)
+  # Every leaf, as it is: a list of sub-configs compares whole.
+  old_flat, new_flat = dict(logs.leaves(old, ".")), dict(logs.leaves(new, "."))
   lines = []
   for key in sorted(set(old_flat) | set(new_flat)):
     if key.startswith(harmless):

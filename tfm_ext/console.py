@@ -20,12 +20,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, TextIO
 
 from absl import flags as absl_flags
 from absl import logging
-import numpy as np
-import orbit
 from orbit import controller as orbit_controller
 import tensorflow as tf
 
 from tfm_ext import _files
+# Callers take the numbers of logs from here (`continuous_eval`, `notify`...).
+from tfm_ext.logs import scalars
 
 
 def quiet_orbit_controller() -> None:
@@ -36,22 +36,6 @@ def quiet_orbit_controller() -> None:
   would reach the console twice. This is the one place that replaces it.
   """
   orbit_controller._log = logging.info  # pylint: disable=protected-access
-
-
-def scalars(logs: Mapping[str, Any]) -> Dict[str, float]:
-  """Returns the scalar entries of (possibly nested) logs as floats.
-
-  Nested keys are joined with '/'; non-scalar values (images) are dropped.
-  """
-  out = {}
-  for key, value in logs.items():
-    if isinstance(value, Mapping):
-      out.update({f"{key}/{k}": v for k, v in scalars(value).items()})
-      continue
-    value = np.asarray(orbit.utils.get_value(value))
-    if value.size == 1 and np.issubdtype(value.dtype, np.number):
-      out[key] = float(value.reshape(()))
-  return out
 
 
 def examples_per_second(steps: int, seconds: float,

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from official.core import config_definitions
 
+from tfm_ext import _types
 from tfm_ext import checkpoint_state
 from tfm_ext import devices as devices_lib
 from tfm_ext import input_files
@@ -131,8 +132,7 @@ def check_runtime(runtime) -> None:
   if strategy in GPU_STRATEGIES:
     _check_gpus_present(num_gpus)
   threads = runtime.dataset_num_private_threads
-  if threads is not None and (isinstance(threads, bool)
-                              or not isinstance(threads, int) or threads < 0):
+  if threads is not None and (not _types.is_a(threads, int) or threads < 0):
     raise UsageError(
         f"runtime.dataset_num_private_threads={threads!r}: give a number of "
         "threads (0: tf.data's own pool), or leave it unset (half the cores "

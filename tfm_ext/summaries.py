@@ -25,6 +25,8 @@ from tensorboard.compat.proto import tensor_shape_pb2
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
+from tfm_ext import _types
+
 _SCALAR_METADATA = scalar_metadata.create_summary_metadata(
     display_name=None, description=None)
 
@@ -75,9 +77,7 @@ def _sort_leaves(summary_dict: Mapping[str, Any], relative_path: str,
 
 
 def _is_real_scalar(value: Any) -> bool:
-  if isinstance(value, bool):
-    return False
-  if isinstance(value, numbers.Real):  # Python and NumPy scalars.
+  if _types.is_a(value, numbers.Real):  # Python and NumPy scalars.
     return True
   return (isinstance(value, np.ndarray) and value.ndim == 0
           and np.issubdtype(value.dtype, np.number)
