@@ -3,8 +3,9 @@
 `continuous_eval` claims a checkpoint before evaluating it, in
 `model_dir/eval_claims/<checkpoint>.json`, renews the claim while it
 evaluates and releases it once its ledger record is written; the others
-leave a live claim alone. Every claim goes through `tf.io.gfile`, so it
-holds on a bucket.
+leave a live claim alone. A claim and a presence (below) are records of
+`tfm_ext.claim`, which writes, renews, reads and judges them through
+`tf.io.gfile`, so they hold on a bucket.
 
 A lost claim is fenced: each claim an evaluator wins carries a token of its
 own, and before it records the checkpoint the evaluator reads the claim back
@@ -22,7 +23,7 @@ An evaluator is also present on the model_dir while it runs
 every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops. The trainer reads
 it (`live_evaluators`) to keep the checkpoints a live evaluator has not
 evaluated yet (`tfm_ext.retention`). A presence is live by the trainer
-lease's rule (`tfm_ext.lease`): its heartbeat is younger than
+lease's rule (`tfm_ext.claim.Judge`): its heartbeat is younger than
 `PRESENCE_STALE_SECONDS` by the reader's clock, and on the reader's machine
 its process runs. Each rewrite has the same length (padded): TensorFlow's
 GCS client caches an object's length, and another process reads a record of
@@ -35,7 +36,6 @@ for tests and for clusters whose pauses need more room.
 """
 
 import contextlib
-import json
 import os
 import secrets
 import socket
@@ -48,7 +48,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfm_ext import _files
-from tfm_ext import lease
+from tfm_ext import claim
 
 CLAIMS = "eval_claims"
 # A claim is written, then read back this much later: longer than any
@@ -86,7 +86,8 @@ class Claims:
   each reads back the later one's, and only that one goes on. A winner
   renews its claim while it evaluates (`renewed`); a claim seen unchanged
   for `STALE_CLAIM_SECONDS` on this evaluator's clock (no two machines'
-  clocks are compared) is taken over. A claim is this evaluator's while the
+  clocks are compared: `claim.Unchanged`), or on this machine one whose
+  process is gone, is taken over. A claim is this evaluator's while the
   file holds its owner and the token of its last win (`holds`).
   """
 
@@ -95,12 +96,13 @@ class Claims:
                sleep: Callable[[float], None] = time.sleep,
                owner: str = _PROCESS_OWNER):
     self._dir = os.path.join(model_dir, CLAIMS)
-    self._clock, self._sleep = clock, sleep
+    self._sleep = sleep
     self.owner = owner
-    # Where a pid names one process, as for the trainer lease.
-    self._here = {"host": socket.gethostname(), "pid_space": lease.pid_space()}
-    # Checkpoint -> (another's claim as last read, when it was first seen).
-    self._seen: Dict[str, Any] = {}
+    # Another's claim is stale once seen unchanged so long on `clock`.
+    self._unchanged = claim.Unchanged(clock)
+    self._me = claim.Process.this()
+    self._judge = claim.Judge(STALE_CLAIM_SECONDS, me=self._me,
+                              stale_reason="not renewed for {age:.0f} s")
     # Checkpoint -> the token of this evaluator's latest claim on it.
     self._tokens: Dict[str, str] = {}
 
@@ -131,39 +133,22 @@ class Claims:
   def renewed(self, checkpoint_path: str) -> Iterator[None]:
     """Renews the claim every `CLAIM_RENEW_SECONDS` while the block runs."""
     name = os.path.basename(checkpoint_path)
-    done = threading.Event()
-
-    def renew():
-      renewals = 0
-      while not done.wait(CLAIM_RENEW_SECONDS):
-        renewals += 1
-        try:
-          if not self._ours(name, self._read(name)):
-            # Taken over while this one stalled (and maybe released since):
-            # not ours to renew.
-            return
-          self._write(name, renewals=renewals)
-        except tf.errors.OpError as e:
-          logging.warning("Could not renew the claim on %s: %s", name,
-                          str(e).splitlines()[0])
-
-    thread = threading.Thread(target=renew, daemon=True,
-                              name=f"claim {name}")
-    thread.start()
+    record = self._record(name)
+    # One taken over while this one stalled (and maybe released since) is
+    # not ours to renew.
+    record.start_heartbeat(
+        CLAIM_RENEW_SECONDS, ours=lambda: self._ours(name, self._read(name)),
+        name=f"claim {name}", failed=f"Could not renew the claim on {name}")
     try:
       yield
     finally:
-      done.set()
-      thread.join()
+      record.stop_heartbeat()
 
   def release(self, checkpoint_path: str) -> None:
     """Removes this evaluator's claim (once its ledger record is written)."""
     name = os.path.basename(checkpoint_path)
     if self._ours(name, self._read(name)):
-      try:
-        tf.io.gfile.remove(self._path(name))
-      except tf.errors.NotFoundError:
-        pass
+      claim.remove(self._path(name))
     self._tokens.pop(name, None)
 
   def _ours(self, name: str, held: Optional[Dict[str, Any]]) -> bool:
@@ -173,34 +158,28 @@ class Claims:
 
   def _gone_because(self, name: str, held: Dict[str, Any]) -> str:
     """Why the evaluator of claim `held` is gone; "" when it may be alive."""
-    pid = held.get("pid")
-    if (all(held.get(k) == v for k, v in self._here.items())
-        and isinstance(pid, int) and pid > 0 and not lease.pid_alive(pid)):
-      return "its process is gone"
-    key = (held.get("owner"), held.get("token"), held.get("renewals"))
-    now = self._clock()
-    seen = self._seen.get(name)
-    if seen is None or seen[0] != key:
-      self._seen[name] = (key, now)
-      return ""
-    if now - seen[1] > STALE_CLAIM_SECONDS:
-      return f"not renewed for {now - seen[1]:.0f} s"
-    return ""
+    version = (held.get("owner"), held.get("token"), held.get("renewals"))
+    return self._judge.gone_because(held, self._unchanged.age(name, version))
 
   def _path(self, name: str) -> str:
     return os.path.join(self._dir, name + ".json")
 
   def _read(self, name: str) -> Optional[Dict[str, Any]]:
     try:
-      return _files.read_object(self._path(name), {"owner": str})
-    except (tf.errors.NotFoundError, ValueError):
-      return None  # None, or a claim cut short: no live claim either way.
+      return claim.read(self._path(name), {"owner": str})
+    except _files.Damaged:
+      return None  # A claim cut short: no live claim.
+
+  def _record(self, name: str) -> claim.Record:
+    """This evaluator's claim on `name`, as of its `renewals`-th renewal."""
+    return claim.Record(self._path(name), lambda renewals: {
+        "checkpoint": name, "owner": self.owner,
+        "token": self._tokens.get(name, ""), **self._me.fields(),
+        "renewals": renewals, "time": time.time()})
 
   def _write(self, name: str, renewals: int) -> None:
-    _files.write_record(self._dir, name, {
-        "checkpoint": name, "owner": self.owner,
-        "token": self._tokens.get(name, ""), **self._here,
-        "pid": os.getpid(), "renewals": renewals, "time": time.time()})
+    tf.io.gfile.makedirs(self._dir)
+    self._record(name).write(renewals)
 
 
 @contextlib.contextmanager
@@ -222,40 +201,24 @@ def announced(model_dir: str, owner: str = _PROCESS_OWNER) -> Iterator[None]:
       with _present_lock:
         _present[path] -= 1
     return
-  here = {"host": socket.gethostname(), "pid_space": lease.pid_space(),
-          "pid": os.getpid()}
+  here = claim.Process.this().fields()
   since = time.time()
-  done = threading.Event()
-
-  def write(beats: int) -> None:
-    record = {"owner": owner, **here, "since": since, "beats": beats,
-              "heartbeat": time.time()}
-    _files.write_text(path, json.dumps(record).ljust(_PRESENCE_BYTES))
-
-  def beat():
-    beats = 0
-    while not done.wait(PRESENCE_HEARTBEAT_SECONDS):
-      beats += 1
-      try:
-        write(beats)
-      except tf.errors.OpError as e:
-        logging.warning("Could not renew this evaluator's presence %s: %s",
-                        path, str(e).splitlines()[0])
-
-  thread = threading.Thread(target=beat, daemon=True, name="presence")
+  record = claim.Record(path, lambda beats: {
+      "owner": owner, **here, "since": since, "beats": beats,
+      "heartbeat": time.time()}, pad_to=_PRESENCE_BYTES)
   try:
     tf.io.gfile.makedirs(os.path.dirname(path))
-    write(0)
-    thread.start()
+    record.write()
+    record.start_heartbeat(
+        PRESENCE_HEARTBEAT_SECONDS, name="presence",
+        failed=f"Could not renew this evaluator's presence {path}")
     yield
   finally:
-    done.set()
-    if thread.is_alive():
-      thread.join()
+    record.stop_heartbeat()
     with _present_lock:
       _present[path] -= 1
     try:
-      tf.io.gfile.remove(path)
+      record.remove()
     except tf.errors.OpError as e:
       logging.warning("Could not remove this evaluator's presence %s (a "
                       "trainer takes it for gone once its heartbeat is %.0f s "
@@ -275,21 +238,18 @@ def live_evaluators(model_dir: str, clock: Callable[[], float] = time.time
     names = tf.io.gfile.listdir(directory)
   except tf.errors.NotFoundError:
     return []
-  here = {"host": socket.gethostname(), "pid_space": lease.pid_space()}
+  judge = claim.Judge(PRESENCE_STALE_SECONDS)
   live = []
   for name in sorted(names):
     if not name.endswith(".json"):
       continue
     try:
-      record = _files.read_object(os.path.join(directory, name),
-                                  {"owner": str, "heartbeat": (int, float)})
-    except (tf.errors.NotFoundError, ValueError):
+      record = claim.read(os.path.join(directory, name),
+                          {"owner": str, "heartbeat": (int, float)})
+    except _files.Damaged:
       continue
-    pid = record.get("pid")
-    if (all(record.get(k) == v for k, v in here.items())
-        and isinstance(pid, int) and pid > 0 and not lease.pid_alive(pid)):
-      continue  # Killed without removing it.
-    if clock() - record["heartbeat"] <= PRESENCE_STALE_SECONDS:
+    if record is not None and not judge.gone_because(
+        record, clock() - record["heartbeat"]):
       live.append(record)
   return live
 

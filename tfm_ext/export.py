@@ -35,10 +35,8 @@ the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
 """
 
 import dataclasses
-import hashlib
 import logging
 import os
-import socket
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import tensorflow as tf
@@ -48,7 +46,7 @@ from official.core import export_base
 
 from tfm_ext import _best_checkpoint_files as best_checkpoint_files
 from tfm_ext import _files
-from tfm_ext import lease
+from tfm_ext import claim
 from tfm_ext.errors import UsageError
 
 SUBDIR = "export"
@@ -248,26 +246,28 @@ def _copy_saved_model(source: str, target: str) -> None:
 
 def _owner() -> str:
   """This machine and pid namespace, short: where a pid names one process."""
-  where = f"{socket.gethostname()}/{lease.pid_space()}"
-  return hashlib.sha256(where.encode()).hexdigest()[:8]
+  return claim.Process.this().machine
 
 
 def _clear_leftovers(parent: str, name: str, owner: str) -> None:
   """Deletes the hidden copies of `name` that interrupted exports left.
 
-  Those are the copies of a process of this machine (`owner`, `_owner()`)
-  that is gone, and those of versions that named them `.<name>.partial`.
-  Another machine's copy may be an export in flight: it stays.
+  A copy's name is its owner's record: `.<name>.partial.<machine>.<pid>`.
+  Those of a process of this machine (`owner`, `_owner()`) that is gone
+  (`claim.Judge`) go, and those of versions that named them
+  `.<name>.partial`. Another machine's copy may be an export in flight: it
+  stays.
   """
   prefix = f".{name}.partial"
   mine = f"{prefix}.{owner}."
   if not tf.io.gfile.isdir(parent):
     return
+  judge = claim.Judge()  # Never stale: an export has no heartbeat.
   for entry in tf.io.gfile.listdir(parent):
     entry = entry.rstrip("/")
     pid = entry[len(mine):] if entry.startswith(mine) else ""
-    if entry == prefix or (pid.isdigit() and int(pid) != os.getpid()
-                           and not lease.pid_alive(int(pid))):
+    if entry == prefix or (pid.isdigit() and judge.gone_because(
+        {**judge.me.fields(), "pid": int(pid)})):
       tf.io.gfile.rmtree(os.path.join(parent, entry))
 
 

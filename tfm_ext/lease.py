@@ -7,9 +7,10 @@ before it builds anything until it ends, however it ends:
     {"host": "vm-3", "pid": 4121, "pid_space": "<boot id>/pid:[4026531836]",
      "token": "9f0c...", "started": 1764560000.0, "heartbeat": 1764560042.5}
 
-A thread rewrites `heartbeat` (`time.time()`) every `heartbeat_seconds`.
-Evaluators and the other workers of a multi-worker job take no lease.
-`acquire` judges a lease it finds:
+A thread rewrites `heartbeat` (`time.time()`) every `heartbeat_seconds`:
+the lease and each claim below are records of `tfm_ext.claim`, which
+writes, renews, reads and judges them. Evaluators and the other workers of
+a multi-worker job take no lease. `acquire` judges a lease it finds:
 
 * none, or one that does not parse: it takes the lease;
 * held on this machine (same host name, kernel boot and pid namespace, so
@@ -60,8 +61,8 @@ the lease before rewriting it: a holder that finds another trainer's token,
 or no lease at all (its own heartbeat went stale while the process was
 suspended, and another trainer took the lease and maybe released it since;
 a user who deleted it), has lost it and stops beating. Each read of
-`trainer_lease.json` survives TF's GCS stat cache (`_files.read_json`
-reads a record that does not parse, or reads as "inconsistent", again).
+`trainer_lease.json` survives TF's GCS stat cache (`claim.read` reads a
+record that is not whole, or reads as "inconsistent", again).
 
 A lost lease is fenced: the holder proves it still holds the lease, by
 reading it back and finding its own token, before every write it makes
@@ -87,7 +88,6 @@ relaunch on another host up to that much longer).
 import os
 import secrets
 import socket
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -95,6 +95,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfm_ext import _files
+from tfm_ext import claim
 from tfm_ext.errors import UsageError
 
 FILENAME = "trainer_lease.json"
@@ -109,46 +110,16 @@ POLL_SECONDS = 0.2
 _WINNER_SECONDS = 5.0
 # A heartbeat this many beats old is missed: the holder may be gone.
 _MISSED_BEATS = 3
+# Where a pid names one process, as every record's owner (`tfm_ext.claim`).
+pid_alive = claim.pid_alive
+pid_space = claim.pid_space
+# What a lease (or a claim) holds.
+_FIELDS = {"host": str, "pid": int, "token": str, "started": (int, float),
+           "heartbeat": (int, float)}
 
 
 class LeaseLost(UsageError):
   """This trainer no longer holds the lease of its model_dir: stop writing."""
-
-
-def pid_alive(pid: int) -> bool:
-  """Whether process `pid` of this pid namespace runs (a zombie does not)."""
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True  # Another user's process.
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      # The state follows the command name, which may hold spaces or ")".
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except (OSError, IndexError):
-    return True
-
-
-def pid_space() -> str:
-  """Where a pid names one process: this kernel boot and pid namespace.
-
-  Two containers with the host's network share its name, not their pids.
-  Empty where `/proc` does not say (the host name alone then decides).
-  """
-  def read_text(path):
-    with open(path, encoding="ascii") as f:
-      return f.read().strip()
-
-  parts = []
-  for read, path in ((read_text, "/proc/sys/kernel/random/boot_id"),
-                     (os.readlink, "/proc/self/ns/pid")):
-    try:
-      parts.append(read(path))
-    except OSError:
-      parts.append("")
-  return "/".join(parts) if any(parts) else ""
 
 
 def _utc(seconds: float) -> str:
@@ -183,21 +154,28 @@ class Lease:
                beat_in_background: bool = True):
     self.model_dir = model_dir
     self.path = os.path.join(model_dir, FILENAME)
-    self._clock, self._sleep, self._is_alive = clock, sleep, is_alive
-    self._host = socket.gethostname() if host is None else host
-    self._pid = os.getpid() if pid is None else pid
-    self._space = pid_space() if space is None else space
+    self._clock, self._sleep = clock, sleep
+    self._me = claim.Process(
+        socket.gethostname() if host is None else host,
+        os.getpid() if pid is None else pid,
+        pid_space() if space is None else space)
+    self._judge = claim.Judge(
+        stale_seconds, me=self._me, is_alive=is_alive,
+        own_pid_reason="its pid is this process's: an earlier run of it left "
+        "the lease")
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
     self._poll_seconds = poll_seconds
     self._beat_in_background = beat_in_background
     self._token = secrets.token_hex(8)
     self.claims = os.path.join(model_dir, CLAIMS)
-    self._claim = os.path.join(self.claims, self._token + _CLAIM_SUFFIX)
+    self._claim = claim.Record(
+        os.path.join(self.claims, self._token + _CLAIM_SUFFIX),
+        lambda beats: self._fields())
+    self._lease = claim.Record(self.path, lambda beats: self._fields())
     self._started = 0.0
     self._lost: Optional[str] = None
-    self._stop = threading.Event()
-    self._thread: Optional[threading.Thread] = None
+    self._released = False
     self._unfence: Callable[[], None] = lambda: None
 
   def acquire(self) -> "Lease":
@@ -207,17 +185,17 @@ class Lease:
       raise UsageError(self._in_use_message(held))
     self._started = self._clock()
     tf.io.gfile.makedirs(self.claims)
-    _files.write_json(self._claim, self._fields())
+    self._claim.write()
     try:
       self._contend()
-      self._write()
+      self._lease.write()
     except BaseException:
       self._withdraw()
       raise
     if self._beat_in_background:
-      self._thread = threading.Thread(target=self._beat_until_stopped,
-                                      name="tfm_ext_lease", daemon=True)
-      self._thread.start()
+      self._lease.start_heartbeat(
+          self._heartbeat_seconds, ours=self._holds, name="tfm_ext_lease",
+          failed="Trainer lease heartbeat failed")
     self._unfence = _files.fence(self.model_dir, self.assert_held,
                                  exempt=self.path)
     return self
@@ -230,10 +208,10 @@ class Lease:
       if held is not None:
         raise UsageError(self._in_use_message(held))  # One took it.
       if not live:
-        for claim in gone:
+        for other in gone:
           logging.warning("Deleting the claim %s of a trainer that is gone "
-                          "(%s).", claim["path"], self._describe(claim))
-          self._remove(claim["path"])
+                          "(%s).", other["path"], self._describe(other))
+          claim.remove(other["path"])
         return
       first = min(live, key=lambda c: c["token"])
       if first["token"] < self._token:
@@ -287,33 +265,29 @@ class Lease:
       if not name.endswith(_CLAIM_SUFFIX):
         continue
       path = os.path.join(self.claims, name)
-      if path == self._claim:
+      if path == self._claim.path:
         continue
-      claim = self._read(path)
-      if claim is not None:
-        claims.append(dict(claim, token=name[:-len(_CLAIM_SUFFIX)],
+      other = self._read(path)
+      if other is not None:
+        claims.append(dict(other, token=name[:-len(_CLAIM_SUFFIX)],
                            path=path))
     return claims
 
   def _withdraw(self) -> None:
     """Deletes this trainer's claim, if it can (a gone claim is ignored)."""
     try:
-      self._remove(self._claim)
+      self._claim.remove()
     except tf.errors.OpError as e:
       logging.warning("Could not delete %s (%s); it is ignored once this "
-                      "process is gone.", self._claim, e)
-
-  @staticmethod
-  def _remove(path: str) -> None:
-    try:
-      tf.io.gfile.remove(path)
-    except tf.errors.NotFoundError:
-      pass
+                      "process is gone.", self._claim.path, e)
 
   def beat(self) -> None:
     """Rewrites the heartbeat, unless the lease is no longer this trainer's."""
-    if self._lost is None and self._still_held():
-      self._write()
+    self._lease.renew(ours=self._holds)
+
+  def _holds(self) -> bool:
+    """Whether this trainer has not lost the lease, reading it back."""
+    return self._lost is None and self._still_held()
 
   def assert_held(self) -> None:
     """Raises `LeaseLost` unless the lease in `model_dir` is still ours.
@@ -322,7 +296,7 @@ class Lease:
     Once `release`d it checks nothing: what the process does after its run
     (TFM's post-run evaluation) is no longer the trainer's.
     """
-    if self._stop.is_set():
+    if self._released:
       return
     if self._lost is None:
       self._still_held()
@@ -357,24 +331,16 @@ class Lease:
     The claim goes first: while the lease still names this live process, a
     trainer starting meanwhile refuses instead of finding its claim.
     """
-    self._stop.set()
-    if self._thread is not None:
-      self._thread.join()
+    self._released = True
+    self._lease.stop_heartbeat()
     self._unfence()
     try:
-      self._remove(self._claim)
+      self._claim.remove()
       if self._ours(self._read()):
         tf.io.gfile.remove(self.path)
     except tf.errors.OpError as e:
       logging.warning("Could not delete %s (%s); the next trainer takes it "
                       "over once this process is gone.", self.path, e)
-
-  def _beat_until_stopped(self) -> None:
-    while not self._stop.wait(self._heartbeat_seconds):
-      try:
-        self.beat()
-      except tf.errors.OpError as e:  # A bucket's transient error.
-        logging.warning("Trainer lease heartbeat failed: %s", e)
 
   def _live_holder(self, held: Optional[Dict[str, Any]]
                    ) -> Optional[Dict[str, Any]]:
@@ -401,15 +367,7 @@ class Lease:
 
   def _gone_because(self, held: Dict[str, Any]) -> str:
     """Why the holder of `held` is gone, or "" when it may be alive."""
-    age = self._clock() - held["heartbeat"]
-    if age > self._stale_seconds:
-      return f"its heartbeat is {age:.0f}s old"
-    here = held["host"] == self._host and held.get("pid_space") == self._space
-    if here and held["pid"] == self._pid:
-      return "its pid is this process's: an earlier run of it left the lease"
-    if here and not self._is_alive(held["pid"]):
-      return "its process is gone"
-    return ""
+    return self._judge.gone_because(held, self._clock() - held["heartbeat"])
 
   def _in_use_message(self, held: Dict[str, Any]) -> str:
     return (
@@ -429,31 +387,16 @@ class Lease:
 
   def _fields(self) -> Dict[str, Any]:
     """This trainer's lease (or claim), its heartbeat now."""
-    return {"host": self._host, "pid": self._pid, "pid_space": self._space,
-            "token": self._token, "started": self._started,
+    return {**self._me.fields(), "token": self._token, "started": self._started,
             "heartbeat": self._clock()}
-
-  def _write(self) -> None:
-    _files.write_json(self.path, self._fields())
 
   def _read(self, path: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """The lease (or a claim at `path`); None if none or it is not one."""
-    path = path or self.path
     try:
-      held = _files.read_json(path)
-    except tf.errors.NotFoundError:
+      return claim.read(path or self.path, _FIELDS)
+    except _files.Damaged as e:
+      logging.warning("%s: read as no lease.", e)
       return None
-    except ValueError:
-      logging.warning("%s does not parse: read as no lease.", path)
-      return None
-    fields = {"host": str, "pid": int, "token": str, "started": (int, float),
-              "heartbeat": (int, float)}
-    if not (isinstance(held, dict)
-            and all(isinstance(held.get(k), t) for k, t in fields.items())
-            and held["pid"] > 0):  # os.kill(0 or less) means a group.
-      logging.warning("%s is not a trainer lease: read as none.", path)
-      return None
-    return held
 
 
 def acquire(model_dir: str, **kwargs) -> Lease:
