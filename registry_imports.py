@@ -10,4 +10,4 @@ from experiments import digits_convnet
 from experiments import resnet50_imagenet_ctl
 # TFM's ranking experiments and trainer (`--trainer=ranking`), which load
 # TensorFlow Recommenders only when a run uses them.
-from tfm_ext import ranking
+from tfm_ext.training import ranking

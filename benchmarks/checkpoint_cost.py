@@ -2,7 +2,7 @@
 
     python benchmarks/checkpoint_cost.py [--smoke] [--busy=N] [--out=FILE]
 
-digits_convnet: trainers built as `tfm_ext.driver` builds them (the
+digits_convnet: trainers built as `tfm_ext.run.driver` builds them (the
 launcher's config, its strategy, `train_utils.create_trainer` with the
 registered trainer), with `trainer.checkpoint_input_iterator` true and false,
 trained `interval` steps (buffers full, optimizer slots made), then saved
@@ -41,9 +41,9 @@ import registry_imports  # pylint: disable=unused-import
 from benchmarks import _common
 from benchmarks import _imagenet_records
 from experiments.imagenet import input_pipeline
-from tfm_ext import strategies
-from tfm_ext import params as params_lib
-from tfm_ext import trainers
+from tfm_ext.config import params as params_lib
+from tfm_ext.run import strategies
+from tfm_ext.training import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 SIZES = {"saves": 7, "shuffle_buffers": [16, 128, 1024], "batch_size": 32,
@@ -55,7 +55,7 @@ RESNET_OVERRIDE = ("task.train_data.use_synthetic_data=true,"
 
 
 def build_trainer(experiment: str, params_override: str):
-  """The params, strategy and trainer `tfm_ext.driver` would build."""
+  """The params, strategy and trainer `tfm_ext.run.driver` would build."""
   params = params_lib.build(params_lib.ConfigSources(
       experiment=experiment, params_override=params_override))
   strategy = strategies.build_strategy(params)

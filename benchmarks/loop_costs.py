@@ -5,7 +5,7 @@
 Between two loops of `steps_per_loop` steps the device waits while the host
 reads the loop's metrics, writes its summaries and reads the global step
 (Orbit's controller, the progress line and the summaries read it about ten
-times). On the digits_convnet trainer as `tfm_ext.driver` builds it (the
+times). On the digits_convnet trainer as `tfm_ext.run.driver` builds it (the
 launcher's config and strategy: on one CPU, no strategy), after a few loops
 of training, the median per-call time of:
 
@@ -50,11 +50,11 @@ import tensorflow as tf
 
 from benchmarks import _common
 from benchmarks import checkpoint_cost
-from tfm_ext import custom_trainer
-from tfm_ext import devices
-from tfm_ext import strategies
-from tfm_ext import summaries
-from tfm_ext import trainers
+from tfm_ext.run import devices
+from tfm_ext.run import strategies
+from tfm_ext.training import custom_trainer
+from tfm_ext.training import summaries
+from tfm_ext.training import trainers
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 SIZES = {"rounds": 9, "calls": 200, "step_rounds": 12, "loop_steps": 300}

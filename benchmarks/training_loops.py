@@ -14,7 +14,7 @@ the same round and condition are a pair: their windows ran seconds apart.
 
 A window runs from the first loop end after the resume (the loop the stop
 cut short is not counted) to `loops` loop ends later, timed from this
-process as each variant's progress line (`tfm_ext.console.TrainProgress`)
+process as each variant's progress line (`tfm_ext.actions.console.TrainProgress`)
 arrives. Per marginal step it gives:
 
     wall_ms      wall time: what a user waits, and what contention moves
@@ -350,12 +350,12 @@ WINDOW_FIELDS = ("round", "condition", "variant", "steps", "wall_s", "cpu_s",
 def _child(runner: str, experiment: str, params_override: str,
            model_dir: str) -> None:
   """Trains one variant in this process, printing a progress line per loop."""
-  from tfm_ext import run_summary  # pylint: disable=g-import-not-at-top
+  from tfm_ext.model_dir import run_summary  # pylint: disable=g-import-not-at-top
   start_time = run_summary.process_start_time()
   import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
   from official.core import train_utils  # pylint: disable=g-import-not-at-top
   from official.modeling import performance  # pylint: disable=g-import-not-at-top
-  from tfm_ext import console  # pylint: disable=g-import-not-at-top
+  from tfm_ext.actions import console  # pylint: disable=g-import-not-at-top
   # TFM's own parsing, as `official/vision/train.py` does it.
   params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
       experiment=experiment, config_file=[], params_override=params_override))
@@ -418,7 +418,7 @@ def _handwritten(params, model_dir, clock):
   `tf.while_loop`, the first call one step (as ours)."""
   del model_dir
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfm_ext import assembly  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import assembly  # pylint: disable=g-import-not-at-top
   task, model, optimizer, metrics, dataset = _model_parts(params)
   iterator = iter(dataset)
 

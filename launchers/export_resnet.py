@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext import _startup
+from tfm_ext.run import _startup
 
 # As in launchers/train.py: TensorFlow quiet, no collections while importing.
 _startup.begin()

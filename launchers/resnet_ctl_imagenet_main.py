@@ -26,12 +26,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext import _startup
-from tfm_ext import _startup_signals
+from tfm_ext.run import _startup
+from tfm_ext.run import _startup_signals
 
 # As in launchers/train.py: a signal from here until the run starts exits
 # 42, nothing to save yet; TensorFlow quiet and no collections while
-# importing (tfm_ext/_startup.py).
+# importing (tfm_ext/run/_startup.py).
 _startup_signals.install()
 _startup.begin()
 from absl import app
@@ -42,11 +42,11 @@ import tensorflow as tf
 import registry_imports  # pylint: disable=unused-import
 from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
-from tfm_ext import driver
-from tfm_ext import job
-from tfm_ext import params as params_lib
-from tfm_ext import run_summary
+from tfm_ext.config import params as params_lib
 from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import run_summary
+from tfm_ext.run import driver
+from tfm_ext.run import job
 
 _startup.end()
 

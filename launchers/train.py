@@ -15,22 +15,22 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext import _startup
+from tfm_ext.run import _startup
 
-# Quiet TensorFlow and no collections while importing (tfm_ext/_startup.py;
+# Quiet TensorFlow and no collections while importing (tfm_ext/run/_startup.py;
 # benchmarks/RESULTS.md#default-collector-off-while-importing).
 _startup.begin()
-from tfm_ext import _startup_signals
+from tfm_ext.run import _startup_signals
 
 # SIGTERM or SIGINT from here until the run starts: exit 42, nothing to
 # save yet (Python's default, while TensorFlow loads, is exit 143).
 _startup_signals.install()
 from absl import app
 
-import tfm_ext.launcher
+import tfm_ext.run.launcher
 import registry_imports  # pylint: disable=unused-import
 _startup.end()
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 if __name__ == "__main__":
-  app.run(tfm_ext.launcher.main)
+  app.run(tfm_ext.run.launcher.main)

@@ -125,9 +125,9 @@ def launch(data_dir):
 
 # What each launcher script imports before `app.run`, for the forked runs.
 SCRIPT_IMPORTS = {
-    TRAIN: ("tfm_ext.launcher", "registry_imports"),
-    DOUBLES_TRAIN: ("tfm_ext.launcher", "doubles"),
-    DOWNSTREAM_TRAIN: ("tfm_ext.launcher", "downstream_registry"),
+    TRAIN: ("tfm_ext.run.launcher", "registry_imports"),
+    DOUBLES_TRAIN: ("tfm_ext.run.launcher", "doubles"),
+    DOWNSTREAM_TRAIN: ("tfm_ext.run.launcher", "downstream_registry"),
 }
 FORKED_LAUNCHER = os.path.join(REPO, "tests", "forked_launcher.py")
 
@@ -367,7 +367,8 @@ def run_in_process(data_dir):
   import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
   import downstream_registry  # pylint: disable=g-import-not-at-top,unused-import
   import doubles  # pylint: disable=g-import-not-at-top,unused-import
-  from tfm_ext import driver, params as params_lib  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import driver  # pylint: disable=g-import-not-at-top
+  from tfm_ext.config import params as params_lib  # pylint: disable=g-import-not-at-top
 
   def run(experiment, mode, model_dir, override="", trainer=""):
     params = params_lib.build(params_lib.ConfigSources(
@@ -378,3 +379,33 @@ def run_in_process(data_dir):
     return driver.run(plan), params
 
   return run
+
+
+def assert_clean_usage_error(run, *fragments):
+  """A launcher run refused with exit 2: one `error:` line holding each of
+  `fragments`, no traceback, and its model_dir not written."""
+  assert run.returncode == 2, run
+  assert "Traceback" not in run.stderr, run
+  error = [l for l in run.stderr.splitlines() if l.startswith("error: ")]
+  assert len(error) == 1, run
+  for fragment in fragments:
+    assert fragment in error[0], run
+  assert not os.path.exists(run.model_dir), "model_dir was written"
+
+
+@pytest.fixture(scope="session")
+def two_checkpoints(launch_forked, tmp_path_factory):
+  """A finished training's model_dir: ckpt-10, ckpt-20, none evaluated.
+
+  Built once a session; tests copy it.
+  """
+  def train(model_dir):
+    run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                        "--params_override=trainer.train_steps=20,"
+                        "trainer.steps_per_loop=10,"
+                        "trainer.checkpoint_interval=10,trainer.max_to_keep=10,"
+                        "trainer.validation_interval=1000",
+                        model_dir=model_dir)
+    assert run.returncode == 0, run
+
+  return built_once(tmp_path_factory, "two_checkpoints", train)

@@ -5,6 +5,6 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
-import tfm_ext.launcher
+import tfm_ext.run.launcher
 import doubles  # pylint: disable=unused-import
-app.run(tfm_ext.launcher.main)
+app.run(tfm_ext.run.launcher.main)

@@ -53,7 +53,7 @@ Needs root (for the network namespace and the bind mount), util-linux
 (`unshare`, `nsenter`, `mount`), iproute2 (`ip`), `openssl` and `getent`;
 the `gcs_box` fixture skips, with the reason, where one is missing (fails,
 with `TFM_EXT_GCS_BOX=required`). Hosts need the kernel's veth pairs and
-bridges too (tests/test_hosts.py's `hosts` fixture skips or fails alike).
+bridges too (tests/e2e/test_hosts.py's `hosts` fixture skips or fails alike).
 
 For a person, one command in the box (as root; the bucket is
 `tfm-ext-test`, in the emulator's memory: the box lists it when it ends):
@@ -65,7 +65,7 @@ For a person, one command in the box (as root; the bucket is
 `python tests/gcs_box.py --bucket=NAME -- COMMAND...` names the bucket;
 `-- env GCS_STAT_CACHE_MAX_AGE=0 python ...` sets a `GCS_*` variable.
 
-Hosts of their own (`Box.host`, for tests/test_hosts.py): a host is a
+Hosts of their own (`Box.host`, for tests/e2e/test_hosts.py): a host is a
 process started as `unshare --net --uts --mount` that holds three
 namespaces for the jobs `nsenter`ed into it:
 
@@ -96,7 +96,7 @@ The pid namespace is the machine's: a test signals a host's job by its
 pid, and the trainer lease's pid check, which applies within one host
 name only, is not what tells the hosts apart; their names are.
 
-For the faults a user meets (tests/test_gcs.py): the proxy refuses as GCS
+For the faults a user meets (tests/e2e/test_gcs.py): the proxy refuses as GCS
 does a request without `TOKEN` (401: no or unknown credentials) or with
 `NO_PERMISSION_TOKEN` (403: a caller without rights on the bucket), and
 `without_server` runs a job where the Google names have no server (the

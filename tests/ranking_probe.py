@@ -1,4 +1,4 @@
-"""A `--registry` for tests/test_ranking.py: what a ranking run loaded, when.
+"""A `--registry` for tests/training/test_ranking.py: what a ranking run loaded, when.
 
 Imported by the launcher after `registry_imports` (which registers the
 ranking trainer), its action factory runs once the run has built its

@@ -19,13 +19,23 @@
 
 Select the trainer with `--trainer=mine`, `--params_override=trainer.name=mine`
 or the gin binding `tfm_ext.trainer.name = 'mine'`. Experiments and tasks stay
-in TFM's `exp_factory` and `task_factory`. The driver is `tfm_ext.launcher`
+in TFM's `exp_factory` and `task_factory`. The driver is `tfm_ext.run.launcher`
 (it defines absl flags, so it is not imported here); `tfm-ext-train` and
 `python -m tfm_ext` run it.
 
+What is stable: the names below (`__all__`), the launchers' command lines,
+and for a fork of the launcher `tfm_ext.run.launcher` (import it first, then
+the registrations, then `app.run(tfm_ext.run.launcher.main)`). The
+subpackages are the library's concepts, each with a docstring that says
+what it holds: `run` (from the command line to an exit code), `config`
+(the operative config and its checks), `training` (the trainer, its
+registries and input), `actions` (what runs around each loop and
+evaluation), `model_dir` (every record a run keeps). Their modules may
+change between versions.
+
 The names below load on first use (PEP 562), so that `import
-tfm_ext.launcher` can quiet TensorFlow and pause the garbage collector
-before TensorFlow loads (`tfm_ext._startup`).
+tfm_ext.run.launcher` can quiet TensorFlow and pause the garbage collector
+before TensorFlow loads (`tfm_ext.run._startup`).
 """
 
 import importlib
@@ -37,18 +47,21 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ActionContext": "tfm_ext.actions",
     "register_action": "tfm_ext.actions",
-    "CustomTrainer": "tfm_ext.custom_trainer",
+    "CustomTrainer": "tfm_ext.training.custom_trainer",
     "UsageError": "tfm_ext.errors",
-    "run_experiment": "tfm_ext.experiment",
-    "build_model": "tfm_ext.models",
-    "MODELS": "tfm_ext.models",
-    "register_model": "tfm_ext.models",
-    "Registry": "tfm_ext.registry",
-    "RegistryError": "tfm_ext.registry",
-    "get_trainer": "tfm_ext.trainers",
-    "register_trainer": "tfm_ext.trainers",
-    "TrainerConfig": "tfm_ext.trainers",
-    "TRAINERS": "tfm_ext.trainers",
+    "RunFailed": "tfm_ext.errors",
+    "Preempted": "tfm_ext.run.preemption",
+    "ServingInputs": "tfm_ext.model_dir.export",
+    "run_experiment": "tfm_ext.run.experiment",
+    "build_model": "tfm_ext.training.models",
+    "MODELS": "tfm_ext.training.models",
+    "register_model": "tfm_ext.training.models",
+    "Registry": "tfm_ext.training.registry",
+    "RegistryError": "tfm_ext.training.registry",
+    "get_trainer": "tfm_ext.training.trainers",
+    "register_trainer": "tfm_ext.training.trainers",
+    "TrainerConfig": "tfm_ext.training.trainers",
+    "TRAINERS": "tfm_ext.training.trainers",
 }
 
 __all__ = sorted(_EXPORTS)

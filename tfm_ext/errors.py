@@ -1,6 +1,6 @@
 """`UsageError`, `RunFailed`: what a user can fix, reported without traceback.
 
-`tfm_ext.failures` classifies every other failure by the run's phase.
+`tfm_ext.run.failures` classifies every other failure by the run's phase.
 """
 
 

@@ -17,7 +17,7 @@ The model is rebuilt and the checkpoint's `model` restored into it; every
 weight must be found there. Works on this repository's checkpoints and the
 reference runner's (`tf.train.Checkpoint(model=..., optimizer=...)`). Each
 SavedModel is written as `--mode=export` writes any experiment's
-(`tfm_ext.export`: `restore`, `ServingModule`, `save`), its
+(`tfm_ext.model_dir.export`: `restore`, `ServingModule`, `save`), its
 `serving_default` taking `inputs` and returning `outputs`.
 """
 
@@ -28,7 +28,7 @@ import tf_keras
 
 from experiments.imagenet import input_pipeline
 from experiments.imagenet import resnet50
-from tfm_ext import export
+from tfm_ext.model_dir import export
 
 SAVED_MODELS = ("classification", "feature-vector")
 

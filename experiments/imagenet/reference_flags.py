@@ -3,7 +3,7 @@
 TFM's `resnet_ctl_imagenet_main.py` takes `common.define_keras_flags()`
 (through `official.utils.flags.core`) plus two flags of its own; a command
 line written for it parses here unchanged: same names, short names
-(`--md`, `--bs`, ...), types and defaults (`tests/test_legacy_flags.py`
+(`--md`, `--bs`, ...), types and defaults (`tests/run/test_legacy_flags.py`
 checks them against the installed wheel). What each flag does falls in one
 of three kinds:
 

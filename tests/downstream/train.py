@@ -1,5 +1,5 @@
 """A downstream fork of the launcher: three lines."""
 from absl import app
-import tfm_ext.launcher
+import tfm_ext.run.launcher
 import downstream_registry  # pylint: disable=unused-import
-app.run(tfm_ext.launcher.main)
+app.run(tfm_ext.run.launcher.main)

@@ -1,0 +1,191 @@
+"""The benchmark harness on stand-in trainers: pairs, results files, RESULTS.md.
+
+The stand-ins are tiny Python processes that burn a fixed CPU time per step
+and print `TrainProgress`-shaped lines, so that the harness's own code
+(stopping and resuming children, busy cores, windows, ratios, the results
+file and its rendering) runs in seconds; the real trainers run in
+`python benchmarks/run_all.py --smoke`.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import _common
+from benchmarks import run_all
+from benchmarks import training_loops
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+# Burns `ms` of CPU time a step, prints a progress line every `loop` steps.
+STAND_IN = """
+import sys, time
+ms, loop = float(sys.argv[1]), int(sys.argv[2])
+step = 0
+while True:
+  for _ in range(loop):
+    end = time.process_time() + ms / 1e3
+    while time.process_time() < end:
+      pass
+    step += 1
+  print(f"step {step}/100000000 | loss 1.0", flush=True)
+"""
+# CPU ms a step of each stand-in: stock TFM takes twice ours.
+MS_PER_STEP = {"ours": 3.0, "stock_tfm": 6.0}
+TINY = training_loops.Workload("digits_convnet", 8, 10**8, 10, 10)
+
+
+@pytest.fixture(name="stand_ins")
+def _stand_ins(monkeypatch):
+  def argv(workload, variant, model_dir):
+    del model_dir
+    name = next(n for n, v in training_loops.VARIANTS.items() if v == variant)
+    return [sys.executable, "-c", STAND_IN, str(MS_PER_STEP[name]),
+            str(workload.steps_per_loop)]
+  monkeypatch.setattr(training_loops, "_argv", argv)
+  monkeypatch.setitem(training_loops.WORKLOADS, "digits_convnet", TINY)
+
+
+def test_a_stopped_child_does_not_train_until_resumed(stand_ins):
+  del stand_ins
+  child = training_loops.Live("ours", training_loops._argv(
+      TINY, training_loops.VARIANTS["ours"], ""))
+  try:
+    _, step, _ = child.next_mark(30)
+    child.pause()
+    time.sleep(0.5)  # Ten loops' worth, had it run on.
+    child.resume()
+    # The loop the stop cut short ends next, then the one after it.
+    assert [child.next_mark(30)[1] for _ in range(2)] == [step + 10,
+                                                          step + 20]
+  finally:
+    child.close()
+  assert child.proc.poll() is not None
+
+
+def test_spinners_hold_as_many_cores_as_asked():
+  with _common.Spinners(2) as busy:
+    busy.hold(1)
+    pids = [proc.pid for proc in busy._procs]
+    before = [_common.thread_cpu(pid) for pid in pids]
+    time.sleep(0.5)
+    used = [_common.cpu_between(b, _common.thread_cpu(pid))
+            for pid, b in zip(pids, before)]
+  # A loaded machine gives the running one less than a core, never none;
+  # the other is stopped (the scheduler's count, in ns, may still see it
+  # take the signal).
+  assert used[0] > 0.01 and used[1] < 0.001
+
+
+@pytest.mark.skipif(not shutil.which("perf"), reason="no perf")
+def test_perf_counts_a_process_for_a_window():
+  # Software events: the path hardware counters take where a VM has them.
+  with _common.Spinners(1) as busy:
+    busy.hold(1)
+    counters = training_loops.Counters(busy._procs[0].pid, ["task-clock"])
+    time.sleep(0.3)
+    counts = counters.stop()
+  assert counts["task-clock"] > 0
+
+
+def test_a_run_writes_one_file_of_paired_windows_and_renders_its_rows(
+    stand_ins, tmp_path, monkeypatch):
+  del stand_ins
+  monkeypatch.setitem(run_all.SESSIONS, "smoke", {
+      "digits_convnet": ("digits_convnet", ("ours", "stock_tfm"), 2, 2)})
+  path = run_all.run("smoke", "test", out_dir=str(tmp_path))
+  assert os.path.basename(path).endswith("-smoke-test.json")
+  with open(path) as f:
+    results = json.load(f)
+  session = results["sessions"]["digits_convnet"]
+  windows = [dict(zip(session["window_fields"], w))
+             for w in session["windows"]]
+  # 2 rounds x 2 conditions x 2 variants, each of 2 loops of 10 steps.
+  assert len(windows) == 8 and {w["steps"] for w in windows} == {20}
+  assert {(w["condition"], w["variant"]) for w in windows} == {
+      (c, v) for c in ("idle", "loaded") for v in ("ours", "stock_tfm")}
+  # Stock TFM's stand-in burns twice ours' CPU a step: so say the pairs.
+  ratios = run_all.pair_ratios(session, "stock_tfm")
+  for condition in ("idle", "loaded"):
+    assert ratios[condition]["cpu"]["n"] == 2
+    assert 1.4 < ratios[condition]["cpu"]["median"] < 2.8
+  text = run_all.render(str(tmp_path))
+  row = next(line for line in text.splitlines()
+             if 'id="target-digits-convnet-stock-tfm"' in line)
+  assert "| met |" in row and os.path.basename(path) in row
+  # A row this run did not measure says so, with its anchor.
+  assert re.search(r'id="default-input-pool".*not measured', text)
+
+
+def _session(rows):
+  return {"window_fields": list(training_loops.WINDOW_FIELDS),
+          "windows": [[r, c, v, 10, wall, cpu, 0.0]
+                      for r, c, v, wall, cpu in rows]}
+
+
+def test_pairs_are_the_windows_of_one_round_and_condition():
+  session = _session([
+      (0, "idle", "ours", 1.0, 2.0), (0, "idle", "stock_tfm", 1.1, 2.4),
+      (0, "loaded", "ours", 2.0, 2.0), (0, "loaded", "stock_tfm", 1.0, 2.2),
+      (1, "idle", "stock_tfm", 1.0, 1.8),  # Ours never ran: no pair.
+  ])
+  ratios = run_all.pair_ratios(session, "stock_tfm")
+  assert ratios["idle"]["cpu"]["n"] == 1
+  assert ratios["idle"]["cpu"]["median"] == pytest.approx(1.2)
+  assert ratios["loaded"]["wall"]["median"] == pytest.approx(0.5)
+
+
+def test_a_row_is_missed_only_when_most_pairs_fall_short_idle_or_loaded():
+  def cell(median, q3):
+    return {"median": median, "q3": q3}
+  assert run_all.verdict([cell(1.01, 1.1), cell(1.0, 1.2)], 1.0) == "met"
+  assert run_all.verdict([cell(1.05, 1.1), cell(0.985, 0.99)],
+                         1.0) == "parity"
+  assert run_all.verdict([cell(1.05, 1.1), cell(0.95, 1.03)],
+                         1.0) == "within the spread"
+  assert run_all.verdict([cell(1.05, 1.1), cell(0.95, 0.99)],
+                         1.0) == "**missed**"
+
+
+def test_results_md_is_the_rendering_of_the_results_files():
+  with open(os.path.join(REPO, "benchmarks", "RESULTS.md")) as f:
+    committed = f.read()
+  assert committed == run_all.render(run_all.RESULTS_DIR), (
+      "re-render: python benchmarks/run_all.py --render")
+
+
+def test_every_link_into_results_md_names_an_anchor_it_has():
+  with open(os.path.join(REPO, "benchmarks", "RESULTS.md")) as f:
+    anchors = set(re.findall(r'<a id="([^"]+)">', f.read()))
+  links = set()
+  files = [os.path.join(REPO, name) for name in os.listdir(REPO)]
+  for folder in ("tfm_ext", "launchers", "experiments"):
+    files += [os.path.join(root, name) for root, _, names
+              in os.walk(os.path.join(REPO, folder)) for name in names]
+  for name in files:
+    if name.endswith((".py", ".md")):
+      with open(name) as f:
+        links |= set(re.findall(r"RESULTS\.md#([a-z0-9-]+)", f.read()))
+  assert links and links <= anchors, sorted(links - anchors)
+
+
+def test_the_gpu_script_without_a_gpu_says_so_and_writes_nothing(tmp_path):
+  out = tmp_path / "gpu_results.json"
+  env = dict(os.environ, PATH=str(tmp_path))  # No nvidia-smi to find.
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "benchmarks", "gpu_resnet50.py"),
+       f"--out={out}"], capture_output=True, text=True, env=env, timeout=120,
+      check=False)
+  assert done.returncode == 2, done
+  assert done.stderr.startswith("error: no GPU (nvidia-smi lists none)")
+  assert "Traceback" not in done.stderr and not out.exists()

@@ -1,0 +1,310 @@
+"""Config values are checked before anything is written: exit 2, one message.
+
+Each hostile value below hung, ran forever, saved nothing or ended in a
+traceback after params.yaml was written (some only after training); now
+`driver.prepare` refuses it, naming the field, the value and what is
+accepted, and leaves model_dir alone. The legitimate values TFM gives a
+meaning to (validation_steps=-1, checkpoint_interval=0, ...) still pass.
+"""
+
+import types
+
+import pytest
+
+from conftest import assert_clean_usage_error
+
+from experiments import digits_convnet
+from tfm_ext.config import config_checks
+from tfm_ext.config import params as params_lib
+from tfm_ext.errors import UsageError
+from tfm_ext.run import driver
+from tfm_ext.training import custom_trainer
+
+EXP = "digits_convnet"  # steps_per_loop=50, best checkpoint by "accuracy".
+SCHEDULE = "trainer.optimizer_config.learning_rate"
+LR = f"{SCHEDULE}.cosine.initial_learning_rate"
+WARMUP = "trainer.optimizer_config.warmup.linear"
+STEPWISE = f"{SCHEDULE}.type=stepwise,{SCHEDULE}.stepwise"
+INT64 = "a whole number TensorFlow holds (int64: at most 9223372036854775807)"
+
+
+def build(override: str):
+  return params_lib.build(params_lib.ConfigSources(
+      experiment=EXP, params_override=override))
+
+
+def prepare(override: str, model_dir, mode: str = "train_and_eval"):
+  return driver.prepare(driver.RunRequest(
+      experiment=EXP, mode=mode, model_dir=str(model_dir),
+      params=build(override)))
+
+
+# (override, mode, the first line's start, a fragment of what is accepted)
+REFUSED = [
+    ("trainer.steps_per_loop=0", "train", "trainer.steps_per_loop=0:",
+     "positive whole number of steps"),
+    ("trainer.steps_per_loop=-10", "train", "trainer.steps_per_loop=-10:",
+     "positive"),
+    ("trainer.train_steps=100.5", "train", "trainer.train_steps=100.5:",
+     "whole number of steps"),
+    ("trainer.train_steps=abc", "train", "trainer.train_steps='abc':",
+     "whole number of steps"),
+    ("trainer.train_steps=null", "train", "trainer.train_steps=null:",
+     "whole number of steps"),
+    ("trainer.train_steps=-5", "train", "trainer.train_steps=-5:",
+     "0 or more"),
+    # YAML's true is a bool, and Python's bool an int: not a step count.
+    ("trainer.train_steps=true", "train", "trainer.train_steps=true:",
+     "whole number of steps"),
+    ("trainer.validation_interval=-1", "train_and_eval",
+     "trainer.validation_interval=-1:", "0 to evaluate only after training"),
+    ("trainer.checkpoint_interval=-1", "train",
+     "trainer.checkpoint_interval=-1:", "0 for no checkpoints"),
+    ("task.train_data.global_batch_size=0", "train",
+     "task.train_data.global_batch_size=0:", "positive whole number"),
+    ("task.train_data.global_batch_size=-1", "train",
+     "task.train_data.global_batch_size=-1:", "positive whole number"),
+    ("task.validation_data.global_batch_size=0", "train_and_eval",
+     "task.validation_data.global_batch_size=0:", "positive whole number"),
+    (f"{LR}=fast", "train", f"{LR}='fast':", "a number"),
+    ("trainer.max_to_keep=0", "train", "trainer.max_to_keep=0:",
+     "null to keep them all"),
+    # An evaluator's checkpoint manager takes max_to_keep too.
+    ("trainer.max_to_keep=0", "eval", "trainer.max_to_keep=0:", "positive"),
+    ("trainer.best_checkpoint_top_k=0", "train_and_eval",
+     "trainer.best_checkpoint_top_k=0:", "positive number of best"),
+    ("trainer.best_checkpoint_metric_comp=bigger", "train_and_eval",
+     "trainer.best_checkpoint_metric_comp='bigger':", "'higher' or 'lower'"),
+    # model_dir itself, above it, elsewhere: the exporter would clear files
+    # and rewrite a state file that are not its own.
+    ("trainer.best_checkpoint_export_subdir=.", "train_and_eval",
+     "trainer.best_checkpoint_export_subdir='.':", "inside --model_dir"),
+    ("trainer.best_checkpoint_export_subdir=../best", "eval",
+     "trainer.best_checkpoint_export_subdir='../best':", "without '.' or '..'"),
+    ("trainer.best_checkpoint_export_subdir=/tmp/best", "train_and_eval",
+     "trainer.best_checkpoint_export_subdir='/tmp/best':", "relative path"),
+    ("trainer.summary_interval=0", "train", "trainer.summary_interval=0:",
+     "multiple of trainer.steps_per_loop"),
+    ("trainer.summary_interval=15", "train",
+     "trainer.summary_interval=15 is not a multiple of "
+     "trainer.steps_per_loop=50", "give a multiple of 50"),
+    ("trainer.validation_steps=0", "train_and_eval",
+     "trainer.validation_steps=0:", "-1 for the whole validation set"),
+    ("trainer.validation_steps=null", "eval", "trainer.validation_steps=null:",
+     "-1 for the whole validation set"),
+    ("trainer.best_checkpoint_eval_metric=acuracy", "train_and_eval",
+     "trainer.best_checkpoint_eval_metric='acuracy':",
+     "Did you mean 'accuracy'?"),
+    ("runtime.mixed_precision_dtype=mixed_bfloat16", "train",
+     "runtime.mixed_precision_dtype='mixed_bfloat16':",
+     "float16, bfloat16 or float32"),
+    ("trainer.recovery_max_trials=null", "train",
+     "trainer.recovery_max_trials=null:", "negative: no loss check"),
+    ("trainer.loss_upper_bound=high", "train",
+     "trainer.loss_upper_bound='high':", "a number"),
+    # TFM's default recovery_max_trials=0 checks the loss: a bound is needed.
+    ("trainer.loss_upper_bound=null", "train",
+     "trainer.loss_upper_bound=null:", "a number"),
+    # Types everywhere in trainer and runtime, from the annotations.
+    ("trainer.train_tf_function=1", "train", "trainer.train_tf_function=1:",
+     "true or false"),
+    ("runtime.num_gpus=two", "train", "runtime.num_gpus='two':",
+     "a whole number"),
+    ("trainer.validation_summary_subdir=5", "eval",
+     "trainer.validation_summary_subdir=5:", "a string"),
+    ("runtime.seed=x", "train", "runtime.seed='x':", "a whole number"),
+    # Python's ints have no bound; TensorFlow's steps are int64. It failed
+    # with an OverflowError after params.yaml was written.
+    (f"trainer.train_steps={10**20}", "train",
+     f"trainer.train_steps={10**20}:", INT64),
+    (f"trainer.checkpoint_interval={2**63}", "train",
+     f"trainer.checkpoint_interval={2**63}:", INT64),
+    (f"task.train_data.shuffle_buffer_size={10**19}", "train",
+     f"task.train_data.shuffle_buffer_size={10**19}:", INT64),
+    (f"{STEPWISE}.values=[0.1, 0.01],"
+     f"{SCHEDULE}.stepwise.boundaries=[{10**20}]",
+     "train", f"{SCHEDULE}.stepwise.boundaries=[{10**20}]:", INT64),
+    # Every learning rate of whichever schedule and warmup is selected.
+    (f"{LR}=-0.003", "train", f"{LR}=-0.003:", "0 or more"),
+    (f"{LR}=.nan", "train", f"{LR}=nan:", "finite"),
+    (f"{LR}=.inf", "train", f"{LR}=inf:", "finite"),
+    (f"{SCHEDULE}.type=constant,{SCHEDULE}.constant.learning_rate=-1",
+     "train", f"{SCHEDULE}.constant.learning_rate=-1:", "0 or more"),
+    (f"{SCHEDULE}.type=exponential,{SCHEDULE}.exponential.initial_learning_"
+     f"rate=-0.1,{SCHEDULE}.exponential.decay_steps=10", "train",
+     f"{SCHEDULE}.exponential.initial_learning_rate=-0.1:", "0 or more"),
+    (f"{SCHEDULE}.type=polynomial,{SCHEDULE}.polynomial.initial_learning_"
+     f"rate=0.1,{SCHEDULE}.polynomial.decay_steps=10,"
+     f"{SCHEDULE}.polynomial.end_learning_rate=-0.001", "train",
+     f"{SCHEDULE}.polynomial.end_learning_rate=-0.001:", "0 or more"),
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1, -0.01]",
+     "train",
+     f"{SCHEDULE}.stepwise.values=[0.1, -0.01]:", "each a number, 0 or more"),
+    (f"{SCHEDULE}.cosine.alpha=-0.5", "train", f"{SCHEDULE}.cosine.alpha=-0.5:",
+     "fraction of initial_learning_rate"),
+    (f"{WARMUP}.warmup_learning_rate=-0.1", "train",
+     f"{WARMUP}.warmup_learning_rate=-0.1:", "0 or more"),
+    (f"{SCHEDULE}.cosine.decay_steps=0", "train",
+     f"{SCHEDULE}.cosine.decay_steps=0:", "positive whole number of steps"),
+    (f"{WARMUP}.warmup_steps=-5", "train", f"{WARMUP}.warmup_steps=-5:",
+     "0 or more"),
+    (f"{STEPWISE}.values=[0.1, 0.01, 0.001],"
+     f"{SCHEDULE}.stepwise.boundaries=[200, 100]",
+     "train", f"{SCHEDULE}.stepwise.boundaries=[200, 100]:",
+     "strictly ascending"),
+    # TensorFlow's PiecewiseConstantDecay raises on it once training starts.
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1]", "train",
+     f"{SCHEDULE}.stepwise has 1 boundaries and 1 values:",
+     "one value more than boundaries"),
+    # A dropout rate anywhere in the task; the model is built in every mode.
+    ("task.model.dropout_rate=1.0", "train", "task.model.dropout_rate=1.0:",
+     "from 0 to below 1"),
+    ("task.model.dropout_rate=-0.1", "eval", "task.model.dropout_rate=-0.1:",
+     "fraction of units dropped"),
+    ("task.model.dropout_rate=half", "train", "task.model.dropout_rate='half':",
+     "a number from 0 to below 1"),
+]
+
+
+@pytest.mark.parametrize("override, mode, first, accepted", REFUSED,
+                         ids=[f"{r[0]}-{r[1]}" for r in REFUSED])
+def test_hostile_value_is_refused_naming_field_and_value(
+    tmp_path, override, mode, first, accepted):
+  model_dir = tmp_path / "m"
+  with pytest.raises(UsageError) as raised:
+    prepare(override, model_dir, mode)
+  line = str(raised.value).splitlines()[0]
+  assert line.startswith(first), line
+  assert accepted in line, line
+  assert not model_dir.exists()
+
+
+# Values TFM gives a meaning to, and values a mode does not read.
+ACCEPTED = [
+    ("trainer.validation_steps=-1", "train_and_eval"),  # The whole set.
+    ("trainer.validation_interval=0", "train_and_eval"),  # After training.
+    ("trainer.summary_interval=null", "train"),  # None inside loops.
+    ("trainer.summary_interval=100", "train"),  # 2 loops of 50.
+    ("trainer.max_to_keep=null", "train"),  # Keep them all.
+    ("trainer.train_steps=0", "train"),  # Saves the initial checkpoint.
+    ("trainer.recovery_max_trials=-1,trainer.loss_upper_bound=null",
+     "train"),  # No loss check, so no bound.
+    ("runtime.mixed_precision_dtype=bfloat16", "train"),
+    ("trainer.loss_upper_bound=100", "train"),  # An int where a float is.
+    # One value for a list, as TFM's ViT configs give
+    # include_in_weight_decay a regex.
+    ("trainer.optimizer_config.optimizer.type=adamw,"
+     "trainer.optimizer_config.optimizer.adamw.include_in_weight_decay="
+     "kernel", "train"),
+    ("runtime.mixed_precision_dtype=float32", "train"),
+    # No exporter: its comparison and k are not read.
+    ("trainer.best_checkpoint_eval_metric='',"
+     "trainer.best_checkpoint_metric_comp=bigger,"
+     "trainer.best_checkpoint_top_k=0", "train_and_eval"),
+    ("trainer.best_checkpoint_eval_metric=validation_loss,"
+     "trainer.best_checkpoint_metric_comp=lower", "train_and_eval"),
+    ("trainer.best_checkpoint_export_subdir=exports/best/",
+     "train_and_eval"),
+    # Training alone never evaluates.
+    ("trainer.validation_steps=0,trainer.validation_interval=-1,"
+     "trainer.best_checkpoint_eval_metric=acuracy", "train"),
+    # A learning rate of 0 trains nothing, as asked; no dropout at all.
+    (f"{LR}=0,{WARMUP}.warmup_learning_rate=0.0", "train"),
+    ("task.model.dropout_rate=0", "train"),
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1, 0.01]",
+     "train"),
+    (f"trainer.train_steps={2**63 - 1}", "train"),
+    # A schedule that is not selected is not read.
+    (f"{SCHEDULE}.constant.learning_rate=-1", "train"),
+]
+
+
+@pytest.mark.parametrize("override, mode", ACCEPTED,
+                         ids=[f"{r[0]}-{r[1]}" for r in ACCEPTED])
+def test_legitimate_value_passes(tmp_path, override, mode):
+  plan = prepare(override, tmp_path / "m", mode)
+  assert plan.mode.trains
+
+
+def test_an_evaluator_does_not_check_what_only_training_reads():
+  params = build("trainer.steps_per_loop=0,trainer.summary_interval=7,"
+                 "task.train_data.global_batch_size=0,"
+                 f"trainer.validation_interval=-1,{LR}=-1,"
+                 f"{SCHEDULE}.cosine.decay_steps=0")
+  config_checks.check(params, trains=False, evaluates=True)
+
+
+def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
+  # TFM's switch for "save none"; the reference ResNet launcher uses it.
+  prepare("trainer.checkpoint_interval=0", tmp_path / "m", "train")
+  assert any("saves no checkpoint" in r.getMessage() for r in caplog.records)
+
+
+def test_nested_metric_name_is_judged_by_its_first_part():
+  params = build("trainer.best_checkpoint_eval_metric='accuracy|top1'")
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_metric_names_that_cannot_be_known_are_not_refused(monkeypatch):
+  params = build("trainer.best_checkpoint_eval_metric=extra")
+
+  class OwnEvalEnd(custom_trainer.CustomTrainer):
+
+    def eval_end(self, aggregated_logs=None):
+      return dict(super().eval_end(aggregated_logs), extra=1.0)
+
+  config_checks.check_best_checkpoint_metric(params, OwnEvalEnd,
+                                             evaluates=True)
+  with pytest.raises(UsageError):  # The stock eval_end does not log it...
+    config_checks.check_best_checkpoint_metric(
+        params, custom_trainer.CustomTrainer, evaluates=True)
+  # ... but a task that reduces aggregated logs may.
+  monkeypatch.setattr(digits_convnet.DigitsTask, "reduce_aggregated_logs",
+                      lambda self, logs, global_step=None: {"extra": 1.0})
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_the_models_own_metrics_count(monkeypatch):
+  # base_trainer evaluates `model.metrics` too (a compiled model's, say).
+  params = build("trainer.best_checkpoint_eval_metric=auc")
+  monkeypatch.setattr(
+      digits_convnet.DigitsTask, "build_model",
+      lambda self: types.SimpleNamespace(
+          metrics=[types.SimpleNamespace(name="auc")]))
+  config_checks.check_best_checkpoint_metric(
+      params, custom_trainer.CustomTrainer, evaluates=True)
+
+
+def test_launcher_exits_2_before_writing_anything(launch, tmp_path):
+  # The old code wrote params.yaml, then failed with a traceback.
+  run = launch(f"--experiment={EXP}", "--mode=train",
+               "--params_override=trainer.train_steps=abc",
+               model_dir=tmp_path / "m", timeout=120)
+  assert_clean_usage_error(run, "trainer.train_steps='abc': give a whole "
+                           "number of steps")
+
+
+def resnet(override=""):
+  import official.vision.registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+  return params_lib.build(params_lib.ConfigSources(
+      experiment="resnet_imagenet", params_override=override))
+
+
+def test_tfms_own_experiment_passes_the_rules():
+  config_checks.check(resnet(), trains=True, evaluates=True)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("task.model.dropout_rate", "1.0"),
+    ("task.model.backbone.resnet.stochastic_depth_drop_rate", "-0.2"),
+    ("trainer.optimizer_config.learning_rate.stepwise.values",
+     "[0.1, 0.01, -0.001, 0.0001]"),
+    ("trainer.optimizer_config.warmup.linear.warmup_learning_rate", "-1"),
+])
+def test_the_rules_cover_every_such_field_of_tfms_own_experiment(field,
+                                                                 value):
+  with pytest.raises(UsageError, match=f"^{field}="):
+    config_checks.check(resnet(f"{field}={value}"), trains=True,
+                        evaluates=True)

@@ -1,0 +1,143 @@
+"""Bad input: one clear paragraph, exit 2, no traceback, model_dir untouched.
+
+Each refusal is a launcher process of its own: those of `launchers/train.py`
+forked from one that imported it once (`launch_forked`), the two-CPU one and
+the buggy hook from a fresh interpreter.
+"""
+
+import os
+import textwrap
+
+import pytest
+
+from conftest import SMOKE, TWO_CPUS_TRAIN, assert_clean_usage_error
+
+EXP = "--experiment=digits_convnet"
+
+
+def test_unknown_experiment_suggests_closest(launch_forked, tmp_path):
+  run = launch_forked("--experiment=digits_convnett", "--mode=train",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown experiment 'digits_convnett'",
+                           "Did you mean 'digits_convnet'?")
+
+
+def test_unknown_trainer_lists_trainers(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train", "--trainer=custum",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown trainer 'custum'",
+                           "Did you mean 'custom'?", "'tfm_base'")
+
+
+def test_unknown_mode_lists_modes(launch_forked, tmp_path):
+  # TFM's flag enum accepts this one and train_lib then cannot run it.
+  run = launch_forked(EXP, "--mode=continuous_train_and_eval",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown mode 'continuous_train_and_eval'",
+                           "'train_and_eval'", "'continuous_eval'")
+
+
+def test_malformed_yaml_config_file_is_named(launch_forked, tmp_path):
+  bad = tmp_path / "bad.yaml"
+  bad.write_text("trainer:\n  train_steps: [10\n")
+  run = launch_forked(EXP, "--mode=train", f"--config_file={bad}",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, f"--config_file '{bad}' is not valid YAML")
+
+
+def test_override_of_missing_key_names_the_key(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override=trainer.trian_steps=5",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "--params_override", "trainer.trian_steps",
+                           "Closest: trainer.train_steps")
+
+
+def test_bad_gin_binding(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--gin_params=no_such_configurable.x = 1",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Bad gin configuration", "no_such_configurable")
+
+
+def test_input_pattern_matching_no_file(launch_forked, tmp_path):
+  pattern = str(tmp_path / "nowhere" / "train-*.tfrecord")
+  run = launch_forked(EXP, "--mode=train",
+                      f"--params_override=task.train_data.input_path={pattern}",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "task.train_data.input_path", pattern,
+                           "matches no file")
+
+
+def test_eval_without_checkpoint(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=eval", model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "No checkpoint in --model_dir")
+
+
+def test_global_batch_not_divisible_by_replicas(launch, tmp_path):
+  # Two logical CPUs and `mirrored` give two replicas; 63 does not split.
+  run = launch(EXP, "--mode=train", "--params_override="
+               "runtime.distribution_strategy=mirrored,"
+               "task.train_data.global_batch_size=63",
+               model_dir=tmp_path / "m", script=TWO_CPUS_TRAIN)
+  assert_clean_usage_error(run, "task.train_data.global_batch_size=63",
+                           "2 replicas")
+
+
+def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
+  script = tmp_path / "buggy.py"
+  script.write_text(textwrap.dedent("""
+      from absl import app
+      import tfm_ext
+      import tfm_ext.run.launcher
+      import registry_imports
+
+      @tfm_ext.register_trainer("buggy")
+      class Buggy(tfm_ext.CustomTrainer):
+        def train_loop_end(self):
+          return {"ratio": 1 / 0}
+
+      app.run(tfm_ext.run.launcher.main)
+  """))
+  run = launch(EXP, "--mode=train", "--trainer=buggy",
+               f"--params_override={SMOKE}", model_dir=tmp_path / "m",
+               script=str(script))
+  assert run.returncode != 0
+  assert "Traceback" in run.stderr and "ZeroDivisionError" in run.stderr, run
+  assert "train_loop_end" in run.stderr
+
+
+def test_tpu_strategy_without_address(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override=runtime.distribution_strategy=tpu",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "runtime.distribution_strategy=tpu needs a "
+                           "TPU address", "--tpu")
+
+
+def test_unknown_strategy_suggests_closest(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override="
+                      "runtime.distribution_strategy=mirorred",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "Unknown runtime.distribution_strategy "
+                           "'mirorred'", "Did you mean 'mirrored'?", "'off'")
+
+
+def test_one_device_strategy_with_several_gpus(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train",
+                      "--params_override="
+                      "runtime.distribution_strategy=one_device,"
+                      "runtime.num_gpus=2", model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "runtime.num_gpus=2", "use mirrored")
+
+
+@pytest.mark.parametrize("threads, shown", [("-1", "-1"), ("true", "True")])
+def test_input_threads_that_are_not_a_count(launch_forked, tmp_path, threads,
+                                            shown):
+  field = "runtime.dataset_num_private_threads"
+  run = launch_forked(EXP, "--mode=train",
+                      f"--params_override={field}={threads}",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, f"{field}={shown}",
+                           "0: tf.data's own pool")

@@ -1,0 +1,71 @@
+"""SIGKILL at random moments, checkpoint writes included: always restorable."""
+
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import numeric_tensors
+from tfm_ext.actions import best_checkpoint
+
+TRIALS = 4
+STEPS = 800
+# Checkpoints every 10-step loop and an evaluation (so a best-checkpoint
+# export) every 50 steps: most of the run is spent near a write.
+ARGS = ("--experiment=digits_convnet", "--mode=train_and_eval",
+        f"--params_override=trainer.train_steps={STEPS},"
+        "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+        "trainer.checkpoint_interval=10,trainer.validation_interval=50,"
+        "trainer.max_to_keep=2")
+
+
+def assert_restorable(model_dir):
+  """Every checkpoint a relaunch could pick up reads back completely."""
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest:
+    numeric_tensors(latest)  # Reads every tensor back.
+  best_dir = os.path.join(model_dir, "best_ckpt")
+  manifest = os.path.join(best_dir, best_checkpoint.MANIFEST)
+  if os.path.exists(manifest):
+    with open(manifest) as f:
+      for entry in json.load(f)["checkpoints"]:
+        tf.train.load_checkpoint(os.path.join(best_dir, entry["path"]))
+  return latest
+
+
+@pytest.mark.slow
+def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
+    start, launch_forked, tmp_path):
+  rng = random.Random(int(time.time()))
+  model_dir = str(tmp_path / "m")
+  kills = []
+  deadline = time.monotonic() + 100
+  for _ in range(TRIALS):
+    if time.monotonic() > deadline:
+      break
+    job = start(*ARGS, model_dir=model_dir)
+    if rng.random() < 0.2:  # During start-up: restore, dataset, tracing.
+      phase, delay = "start-up", rng.uniform(0.5, 4.0)
+    else:  # During training, evaluation and checkpoint writes.
+      job.wait_for_line(lambda l: l.startswith("step "))
+      phase, delay = "training", rng.uniform(0.0, 2.5)
+    time.sleep(delay)
+    if job.proc.poll() is not None:
+      break  # Training finished first: nothing left to interrupt.
+    job.proc.send_signal(signal.SIGKILL)
+    job.proc.wait()
+    latest = assert_restorable(model_dir)
+    kills.append((phase, round(delay, 2), latest and os.path.basename(latest)))
+  assert len(kills) >= TRIALS or time.monotonic() > deadline, kills
+  print("kills (phase, seconds into it, latest checkpoint):", kills)
+
+  final = launch_forked(*ARGS, model_dir=model_dir)
+  assert final.returncode == 0, (kills, final)
+  summary = final.summary()
+  assert summary["global_step"] == STEPS
+  assert summary["resumes"] >= 1, kills
+  assert_restorable(model_dir)

@@ -1,0 +1,190 @@
+"""A record one process owns: written whole, renewed, read fresh, judged.
+
+Real files on a local dir and `ram://`, real heartbeat threads, real pids.
+"""
+
+import logging as std_logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import claim
+
+
+@pytest.fixture(params=["local", "ram"])
+def directory(request, tmp_path):
+  if request.param == "local":
+    return str(tmp_path)
+  path = f"ram://claim_{uuid.uuid4().hex}"
+  tf.io.gfile.makedirs(path)
+  return path
+
+
+def wait_for(condition, seconds=10.0):
+  deadline = time.monotonic() + seconds
+  while not condition():
+    assert time.monotonic() < deadline, "timed out"
+    time.sleep(0.01)
+
+
+def test_a_record_is_written_whole_and_read_back(directory):
+  path = os.path.join(directory, "r.json")
+  me = claim.Process.this()
+  record = claim.Record(path, lambda beats: {**me.fields(), "beats": beats})
+  assert claim.read(path, {"pid": int}) is None  # None yet.
+  record.write()
+  assert claim.read(path, {"pid": int, "beats": int}) == {
+      "host": me.host, "pid": os.getpid(), "pid_space": me.space, "beats": 0}
+  record.remove()
+  record.remove()  # Already gone: fine.
+  assert not tf.io.gfile.exists(path)
+
+
+def test_a_padded_record_keeps_its_length_as_it_grows(directory):
+  path = os.path.join(directory, "r.json")
+  record = claim.Record(path, lambda beats: {"beats": 10 ** beats},
+                        pad_to=64)
+  for beats in range(4):
+    record.write(beats)
+    with tf.io.gfile.GFile(path, "rb") as f:
+      assert len(f.read()) == 64
+    assert claim.read(path, {"beats": int}) == {"beats": 10 ** beats}
+
+
+def test_the_heartbeat_renews_until_stopped_then_writes_no_more(directory):
+  path = os.path.join(directory, "r.json")
+  record = claim.Record(path, lambda beats: {"beats": beats})
+  record.write()
+  record.start_heartbeat(0.02, name="test", failed="unused")
+  wait_for(lambda: claim.read(path, {"beats": int})["beats"] >= 3)
+  record.stop_heartbeat()
+  beats = claim.read(path, {"beats": int})["beats"]
+  time.sleep(0.2)  # Ten periods: a thread left running would write.
+  assert claim.read(path, {"beats": int})["beats"] == beats
+
+
+def test_the_heartbeat_stops_once_the_record_is_no_longer_ours(directory):
+  path = os.path.join(directory, "r.json")
+  record = claim.Record(path, lambda beats: {"beats": beats})
+  record.write()
+  asked = []  # Whether it had been taken over, at each beat.
+  taken = threading.Event()
+
+  def ours():
+    asked.append(taken.is_set())
+    return not taken.is_set()
+
+  record.start_heartbeat(0.02, name="test", failed="unused", ours=ours)
+  wait_for(lambda: claim.read(path, {"beats": int})["beats"] >= 2)
+  taken.set()
+  wait_for(lambda: asked[-1])
+  beats, asks = claim.read(path, {"beats": int})["beats"], len(asked)
+  time.sleep(0.2)  # Ten periods: no more beats, no more writes.
+  assert (claim.read(path, {"beats": int})["beats"], len(asked)) == (
+      beats, asks)
+  assert not record.renew(ours=ours)  # Nor does a beat by hand write.
+  record.stop_heartbeat()
+
+
+def test_a_failed_beat_is_logged_and_the_next_one_writes_again(
+    tmp_path, caplog):
+  folder = tmp_path / "gone_for_a_while"
+  folder.mkdir()
+  path = str(folder / "r.json")
+  record = claim.Record(path, lambda beats: {"beats": beats})
+  record.write()
+  with caplog.at_level(std_logging.WARNING):
+    shutil.rmtree(folder)  # Every write fails while it is gone.
+    record.start_heartbeat(0.02, name="test", failed="Could not renew r")
+    wait_for(lambda: "Could not renew r: " in caplog.text)
+    folder.mkdir()
+    wait_for(lambda: os.path.exists(path))
+  record.stop_heartbeat()
+  assert claim.read(path, {"beats": int})["beats"] > 1
+
+
+def test_read_says_what_is_damaged(tmp_path):
+  path = str(tmp_path / "r.json")
+  for text, problem in (('{"pid": ', "not JSON"), ('{"pid": "7"}',
+                                                   "wrong type: pid='7'"),
+                        ('{"pid": 0}', "pid=0")):
+    _files.write_text(path, text)
+    with pytest.raises(_files.Damaged, match=problem):
+      claim.read(path, {"pid": int})
+  # A pid only counts where it is required: a claim may hold any.
+  assert claim.read(path, ()) == {"pid": 0}
+
+
+def dead_pid():
+  child = subprocess.Popen(["true"])
+  child.wait()
+  return child.pid
+
+
+def test_a_record_of_a_dead_process_here_is_gone_at_once():
+  judge = claim.Judge(60)
+  here = judge.me.fields()
+  assert judge.gone_because(dict(here, pid=dead_pid())) == (
+      "its process is gone")
+  child = subprocess.Popen(["sleep", "30"])
+  try:
+    assert judge.gone_because(dict(here, pid=child.pid)) == ""
+  finally:
+    child.kill()
+    child.wait()
+
+
+@pytest.mark.parametrize("elsewhere", [{"host": "another-host"},
+                                       {"pid_space": "another/boot"},
+                                       {"pid_space": None}, {"pid": 0},
+                                       {"pid": "12"}])
+def test_a_pid_says_nothing_off_this_machine_or_when_it_is_no_pid(
+    elsewhere):
+  """None: a record without it (an older version's has no pid_space)."""
+  judge = claim.Judge(60)
+  record = dict(judge.me.fields(), pid=dead_pid())
+  record.update(elsewhere)
+  record = {k: v for k, v in record.items() if v is not None}
+  assert judge.gone_because(record) == ""
+  assert judge.gone_because(record, age=61) == "its heartbeat is 61s old"
+
+
+def test_a_record_of_this_very_process_is_gone_only_when_the_user_says_so():
+  record = claim.Process.this().fields()
+  assert claim.Judge().gone_because(record) == ""
+  assert claim.Judge(own_pid_reason="left by an earlier run").gone_because(
+      record) == "left by an earlier run"
+
+
+def test_stale_is_judged_before_the_pid_with_the_users_words():
+  judge = claim.Judge(30, stale_reason="not renewed for {age:.0f} s")
+  record = dict(judge.me.fields(), pid=dead_pid())
+  assert judge.gone_because(record, age=30) == "its process is gone"
+  assert judge.gone_because(record, age=31.2) == "not renewed for 31 s"
+
+
+def test_unchanged_ages_a_record_from_when_this_reader_first_saw_it():
+  now = [100.0]
+  unchanged = claim.Unchanged(lambda: now[0])
+  assert unchanged.age("ckpt-10", ("a", 0)) == 0
+  now[0] += 20
+  assert unchanged.age("ckpt-10", ("a", 0)) == 20
+  assert unchanged.age("ckpt-20", ("a", 0)) == 0  # Each record its own.
+  assert unchanged.age("ckpt-10", ("a", 1)) == 0  # Renewed: seen anew.
+  now[0] += 5
+  assert unchanged.age("ckpt-10", ("a", 1)) == 5
+
+
+def test_a_machine_is_its_host_and_pid_space():
+  me = claim.Process.this()
+  assert me.machine == claim.Process(me.host, 1, me.space).machine
+  assert len(me.machine) == 8
+  assert me.machine != claim.Process(me.host, me.pid, "other").machine
+  assert me.machine != claim.Process("other", me.pid, me.space).machine

@@ -1,0 +1,29 @@
+"""Records in model_dir (`tfm_ext.model_dir._files`): whole or skipped, never half-read."""
+
+import logging as std_logging
+import uuid
+
+import tensorflow as tf
+
+from tfm_ext.model_dir import _files
+
+REQUIRED = ("checkpoint", "global_step")
+
+
+def test_a_record_without_every_required_key_is_skipped(caplog):
+  directory = f"ram://{uuid.uuid4().hex}/records"
+  _files.write_record(directory, "a", {"checkpoint": "ckpt-10",
+                                       "global_step": 10})
+  # Parses as JSON, holds one of the two keys: not a whole record.
+  _files.write_record(directory, "b", {"checkpoint": "ckpt-20"})
+  legacy = f"{directory}.jsonl"
+  with tf.io.gfile.GFile(legacy, "w") as f:
+    f.write('{"global_step": 5}\n{"checkpoint": "ckpt-5", "global_step": 5}\n')
+  with caplog.at_level(std_logging.WARNING):
+    records = _files.read_records(directory, REQUIRED, legacy_file=legacy)
+  assert records == [{"checkpoint": "ckpt-5", "global_step": 5},
+                     {"checkpoint": "ckpt-10", "global_step": 10}]
+  skipped = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("Skipping")]
+  assert len(skipped) == 2, skipped
+  assert f"{directory}/b.json" in skipped[1] and f"{legacy}:1" in skipped[0]

@@ -1,0 +1,373 @@
+"""The run's error boundary, by class: each phase's faults go through it.
+
+For each class a user can cause or meet (bad data, an unusable model_dir,
+a full disk, a checkpoint that does not fit, a signal) several different
+faults run through the real launcher and must end the same way: one
+`error:` (or `aborted:`) paragraph naming the phase's file or field, no
+traceback on the console, the documented exit code, the traceback in the
+log file, and nothing lost. A bug keeps its traceback.
+"""
+
+import errno
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import DOUBLES_TRAIN, SMOKE
+from tfm_ext.config import model_dir_check
+from tfm_ext.errors import UsageError
+from tfm_ext.run import failures
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def _clean(result, code):
+  """Exit `code`, one paragraph on stderr, no traceback there."""
+  assert result.returncode == code, result.stderr[-3000:]
+  assert TRACEBACK not in result.stderr, result.stderr[-3000:]
+  lines = [l for l in result.stderr.splitlines()
+           if l.startswith(("error:", "aborted:", "preempted:"))]
+  assert len(lines) == 1, result.stderr[-3000:]
+  return lines[0]
+
+
+def _log_text(model_dir):
+  logs = os.path.join(model_dir, "logs")
+  return "".join(open(os.path.join(logs, n)).read()
+                 for n in os.listdir(logs) if n.startswith("tfm_ext"))
+
+
+def _records(path, examples):
+  with tf.io.TFRecordWriter(path) as writer:
+    for example in examples:
+      writer.write(example)
+  return path
+
+
+def _digit(label=3, drop_label=False):
+  features = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+      value=[tf.io.encode_png(tf.zeros([8, 8, 1], tf.uint8)).numpy()]))}
+  if not drop_label:
+    features["image/class/label"] = tf.train.Feature(
+        int64_list=tf.train.Int64List(value=[label]))
+  return tf.train.Example(features=tf.train.Features(
+      feature=features)).SerializeToString()
+
+
+# -- Classification, in-process --------------------------------------------
+
+
+def _raised_in(phase, error):
+  error = type(error)(*error.args) if isinstance(error, OSError) else (
+      type(error)(None, None, error.message)
+      if isinstance(error, tf.errors.OpError) else type(error)(*error.args))
+  try:
+    with failures.phase(phase, "/m/thing"):
+      raise error
+  except BaseException as e:  # pylint: disable=broad-except
+    return failures.classify(e)
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    tf.errors.ResourceExhaustedError(None, None,
+                                     "/m/ckpt-1_temp; No space left on device"),
+    tf.errors.PermissionDeniedError(None, None, "/m/x; Permission denied"),
+    OSError(errno.EROFS, "Read-only file system"),
+])
+def test_storage_faults_are_exit_4_once_running_and_2_at_the_start(error):
+  for phase in ("save", "step", "evaluate", "export"):
+    failure = _raised_in(phase, error)
+    assert failure.code == failures.EXIT_STORAGE, phase
+    assert "/m/thing" in failure.message and "relaunch" in failure.message
+  for phase in ("config", "model_dir"):
+    assert _raised_in(phase, error).code == failures.EXIT_USAGE
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.InvalidArgumentError(None, None, "labels out of range"),
+    tf.errors.DataLossError(None, None, "corrupted record at 12"),
+    tf.errors.OutOfRangeError(None, None, "End of sequence"),
+    tf.errors.NotFoundError(None, None, "/data/x.tfrecord; No such file"),
+])
+def test_tensorflow_runtime_errors_on_the_data_are_exit_3(error):
+  for phase in ("build", "step", "evaluate"):
+    failure = _raised_in(phase, error)
+    assert failure.code == failures.EXIT_DATA
+    assert str(error.message) in failure.message
+
+
+def test_a_checkpoint_that_does_not_fit_is_exit_2_naming_it():
+  failure = _raised_in("restore", tf.errors.InvalidArgumentError(
+      None, None, "Received incompatible tensor with shape [128] when "
+      "attempting to restore variable with shape [64]"))
+  assert failure.code == failures.EXIT_USAGE
+  assert "/m/thing does not fit" in failure.message
+
+
+@pytest.mark.parametrize("error", [
+    TypeError("unsupported operand"), KeyError("no such metric"),
+    AttributeError("'NoneType' object has no attribute 'numpy'"),
+    ValueError("Shapes (64, 10) and (64, 1) are incompatible"),
+])
+def test_python_errors_are_bugs_in_every_phase_after_config(error):
+  for phase in ("build", "step", "evaluate", "save", "export"):
+    assert _raised_in(phase, error) is None, phase
+  # But for a ValueError of TensorFlow's checkpoint reader on a restore.
+  assert (_raised_in("restore", error) is None) == (
+      not isinstance(error, ValueError))
+
+
+def test_the_reason_is_the_kernels_not_the_graph_trace():
+  @tf.function
+  def gather():
+    return tf.gather([1, 2, 3], tf.constant(7))
+
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    gather()
+  assert str(raised.value).startswith("Graph execution error")
+  assert failures.tf_reason(raised.value) == "indices = 7 is not in [0, 3)"
+
+
+def test_the_innermost_phase_is_the_one_named():
+  try:
+    with failures.phase("step"):
+      with failures.phase("save", "/m/ckpt-40"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+  except OSError as e:
+    assert failures.phase_of(e) == ("save", "/m/ckpt-40")
+
+
+# -- The model_dir, checked before anything is written ----------------------
+
+
+@pytest.mark.parametrize("name", ["job[1]", "job*", "job?"])
+def test_model_dir_with_glob_characters_is_refused(tmp_path, name):
+  with pytest.raises(UsageError, match="glob"):
+    model_dir_check.check(str(tmp_path / name))
+
+
+def test_model_dir_that_is_a_file_or_under_one_is_refused(tmp_path):
+  a_file = tmp_path / "f"
+  a_file.write_text("x")
+  with pytest.raises(UsageError, match="is a file, not a directory"):
+    model_dir_check.check(str(a_file))
+  with pytest.raises(UsageError, match="its parent .* is a file"):
+    model_dir_check.check(str(a_file / "run"))
+
+
+def test_model_dir_on_a_file_system_tensorflow_cannot_reach_is_refused():
+  with pytest.raises(UsageError, match="nofs://bucket/run.* cannot be used"):
+    model_dir_check.check("nofs://bucket/run", store_timeout=30)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+  """A small tmpfs of its own (root only): a disk that fills, or is read-only."""
+  mounted = []
+
+  def mount(size="4m", read_only=False):
+    path = tmp_path / f"tmpfs{len(mounted)}"
+    path.mkdir()
+    options = f"size={size}" + (",ro" if read_only else "")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs",
+                             str(path)], capture_output=True, text=True)
+    if result.returncode:
+      pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    mounted.append(path)
+    return path
+
+  yield mount
+  for path in mounted:
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.mark.parametrize("model_dir", [
+    "{base}/job[1]", "{file}", "{file}/run", "{ro}/run", "nofs://b/run"])
+def test_an_unusable_model_dir_is_exit_2_and_nothing_is_written(
+    launch_forked, tmp_path, tmpfs, model_dir):
+  a_file = tmp_path / "a_file"
+  a_file.write_text("mine")
+  read_only = tmpfs(read_only=True) if "{ro}" in model_dir else tmp_path
+  model_dir = model_dir.format(base=tmp_path, file=a_file, ro=read_only)
+  before = sorted(p for p, _, _ in os.walk(tmp_path))
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE}", model_dir=model_dir)
+  line = _clean(result, 2)
+  assert "model_dir" in line
+  assert sorted(p for p, _, _ in os.walk(tmp_path)) == before
+  assert a_file.read_text() == "mine"
+
+
+# -- Bad data: exit 3 naming the input, the last checkpoint intact ----------
+
+
+@pytest.mark.parametrize("bad", ["label_out_of_range", "no_label",
+                                 "corrupt_bytes", "empty_file"])
+def test_bad_training_data_is_exit_3_naming_the_input(launch_forked, tmp_path,
+                                                      bad):
+  path = str(tmp_path / "train.tfrecord")
+  if bad == "label_out_of_range":
+    _records(path, [_digit(99)] * 200)
+  elif bad == "no_label":
+    _records(path, [_digit(drop_label=True)] * 200)
+  elif bad == "corrupt_bytes":
+    _records(path, [_digit()] * 200)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
+    open(path, "wb").write(bytes(data))
+  else:
+    open(path, "wb").close()
+  model_dir = str(tmp_path / "m")
+  result = launch_forked(
+      "--experiment=digits_convnet", "--mode=train",
+      f"--params_override={SMOKE},task.train_data.input_path={path}",
+      model_dir=model_dir)
+  line = _clean(result, 3)
+  assert path in line
+  assert "Graph execution error" not in line
+  if bad in ("corrupt_bytes", "empty_file"):
+    # Found by the input files' check (tfm_ext/config/input_files.py): before
+    # anything is written.
+    assert not os.path.exists(model_dir)
+  else:  # Found by TensorFlow in the first step: the log has the traceback.
+    assert "No checkpoint had been saved yet" in line
+    assert TRACEBACK in _log_text(model_dir)
+
+
+def test_bad_validation_data_after_a_checkpoint_names_it_intact(
+    launch_forked, tmp_path):
+  path = _records(str(tmp_path / "validation.tfrecord"), [_digit(42)] * 64)
+  model_dir = str(tmp_path / "m")
+  result = launch_forked(
+      "--experiment=digits_convnet", "--mode=train_and_eval",
+      f"--params_override={SMOKE},task.validation_data.input_path={path}",
+      model_dir=model_dir)
+  line = _clean(result, 3)
+  assert "task.validation_data.input_path" in line and path in line
+  assert f"The last checkpoint, {model_dir}/ckpt-20, is intact" in line
+  assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-20")
+  summary = result.summary()
+  assert (summary["status"], summary["exit_code"]) == ("failed", 3)
+
+
+# -- A full disk: exit 4, nothing lost, the next start resumes --------------
+
+
+def test_a_full_disk_at_a_save_is_exit_4_and_the_relaunch_resumes(
+    launch_forked, tmpfs):
+  disk = tmpfs(size="16m")
+  model_dir, filler = str(disk / "m"), disk / "filler"
+  args = ("--experiment=digits_convnet", "--mode=train", "--trainer=disk_filling",
+          f"--params_override={SMOKE}")
+  env = {"FILL_DISK_AT_STEP": "30", "FILL_DISK_PATH": str(filler)}
+  result = launch_forked(*args, model_dir=model_dir, script=DOUBLES_TRAIN,
+                         env=env)
+  line = _clean(result, failures.EXIT_STORAGE)
+  assert "No space left on device" in line
+  assert "ckpt-20, is intact" in line
+  assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-20")
+  filler.unlink()
+  again = launch_forked(*args, model_dir=model_dir, script=DOUBLES_TRAIN,
+                        env={**env, "FILL_DISK_AT_STEP": "1000"})
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.summary()["resumed_from_step"] == 20
+  assert not [n for n in os.listdir(model_dir) if "_temp" in n]
+
+
+# -- A checkpoint that does not fit: exit 2 ---------------------------------
+
+
+def test_a_checkpoint_of_another_model_is_exit_2_naming_it(launch_forked,
+                                                            tmp_path):
+  model_dir = str(tmp_path / "m")
+  first = launch_forked("--experiment=digits_convnet", "--mode=train",
+                        f"--params_override={SMOKE}", model_dir=model_dir)
+  assert first.returncode == 0, first.stderr[-3000:]
+  before = sorted(os.listdir(model_dir))
+  result = launch_forked(
+      "--experiment=digits_convnet", "--mode=train", "--allow_config_change",
+      "--params_override=" + SMOKE.replace("train_steps=40", "train_steps=60")
+      + ",task.model.dense_units=32", model_dir=model_dir)
+  line = _clean(result, 2)
+  assert "ckpt-40 does not fit" in line
+  # The restore it cut short does not warn of each value at exit.
+  assert "could not be found" not in result.stderr
+  assert "Logging error" not in result.stderr
+  assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-40")
+  assert set(before) <= set(os.listdir(model_dir))
+
+
+# -- Signals and bugs -------------------------------------------------------
+
+
+def test_sighup_saves_and_exits_42(start_forked, tmp_path):
+  run = start_forked("--experiment=digits_convnet", "--mode=train",
+                     "--params_override=trainer.train_steps=100000,"
+                     "trainer.steps_per_loop=10",
+                     model_dir=str(tmp_path / "m"))
+  run.wait_for_line(lambda line: line.startswith("step 20/"))
+  run.proc.send_signal(signal.SIGHUP)
+  result = run.finish()
+  line = _clean(result, 42)
+  assert "SIGHUP received: saved a checkpoint at step" in line
+  step = int(line.split("at step ")[1].split(";")[0])
+  assert tf.train.latest_checkpoint(str(tmp_path / "m")).endswith(f"-{step}")
+
+
+def test_a_second_signal_aborts_without_a_traceback(start_forked, tmp_path):
+  run = start_forked("--experiment=digits_convnet", "--mode=train_and_eval",
+                     "--trainer=announcing",
+                     "--params_override=trainer.train_steps=100000,"
+                     "trainer.steps_per_loop=10,trainer.validation_interval=20,"
+                     "trainer.checkpoint_interval=20,"
+                     "task.validation_data.global_batch_size=1",
+                     model_dir=str(tmp_path / "m"), script=DOUBLES_TRAIN)
+  run.wait_for_line(lambda line: line.startswith("eval begins @ step 20"))
+  run.proc.send_signal(signal.SIGINT)
+  time.sleep(1)  # Two signals at once are delivered as one.
+  run.proc.send_signal(signal.SIGINT)
+  result = run.finish()
+  line = _clean(result, 42)
+  assert line.startswith("aborted: a second SIGINT")
+
+
+def test_a_bug_in_a_users_trainer_keeps_its_traceback(launch_forked,
+                                                      tmp_path):
+  model_dir = str(tmp_path / "m")
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         "--trainer=buggy", f"--params_override={SMOKE}",
+                         model_dir=model_dir, script=DOUBLES_TRAIN)
+  assert result.returncode == 1
+  assert TRACEBACK in result.stderr and "no such metric" in result.stderr
+  assert "A bug (not a problem with the input)" in _log_text(model_dir)
+
+
+def test_a_full_disk_before_the_start_is_exit_2_and_nothing_is_written(
+    launch_forked, tmpfs):
+  disk = tmpfs(size="2m")
+  with open(disk / "filler", "wb") as f:
+    try:
+      while True:
+        f.write(b"\0" * (1 << 16))
+        f.flush()
+    except OSError:
+      pass
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE}",
+                         model_dir=str(disk / "m"))
+  assert "bytes free" in _clean(result, 2)
+  assert sorted(os.listdir(disk)) == ["filler"]
+
+
+def test_a_value_keras_refuses_while_building_is_exit_2(launch_forked,
+                                                         tmp_path):
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE},task.model.filters=[32,-1]",
+                         model_dir=str(tmp_path / "m"))
+  line = _clean(result, 2)
+  assert "could not be built from the config" in line

@@ -1,0 +1,102 @@
+"""The host input pipeline: each worker reads its shard of the global batch.
+
+Multi-worker layouts come from a stand-in for the strategy (its replica
+count and cluster); everything after it is real: the context
+`host_pipeline` gives the task, TFM's InputReader over the digits records,
+the iterator and its checkpoint probe. Runs with the iterator in the
+checkpoint, end to end, are in test_batches.py and test_multi_worker.py.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import registry_imports  # pylint: disable=unused-import
+from experiments import digits_convnet
+from tfm_ext.training import inputs
+
+GLOBAL = 64
+
+
+class Worker:
+  """`MultiWorkerMirroredStrategy`'s layout on worker `index` of `workers`.
+
+  One replica per worker (this process's one CPU device).
+  """
+
+  def __init__(self, index, workers=2):
+    self.num_replicas_in_sync = workers
+    self.extended = tf.distribute.get_strategy().extended
+    self.cluster_resolver = (
+        tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(
+                {"worker": [f"h{i}:1" for i in range(workers)]}),
+            task_type="worker", task_id=index))
+
+
+@pytest.fixture
+def task(data_dir):
+  del data_dir  # Used for its effect: the bundled digits records' cache.
+  return digits_convnet.DigitsTask(digits_convnet.DigitsTaskConfig())
+
+
+def test_host_pipeline_reads_this_workers_share_of_the_global_batch(task):
+  data = task.task_config.train_data.replace(global_batch_size=GLOBAL,
+                                             shuffle_buffer_size=1)
+  first_images = []
+  for index in (0, 1):
+    dataset, iterator = inputs.host_pipeline(task, data, Worker(index),
+                                             threads=0)
+    assert dataset is not None  # The pipeline can be checkpointed.
+    images, _ = next(iterator)
+    assert images.shape[0] == GLOBAL // 2, index
+    first_images.append(images.numpy())
+  # The two workers read different shards.
+  assert not np.array_equal(*first_images)
+
+
+def test_host_pipeline_of_a_single_worker_reads_the_whole_global_batch(task):
+  data = task.task_config.train_data.replace(global_batch_size=GLOBAL)
+  _, iterator = inputs.host_pipeline(task, data, tf.distribute.get_strategy(),
+                                     threads=0)
+  assert next(iterator)[0].shape[0] == GLOBAL
+
+
+def _pool(dataset):
+  return dataset.options().threading.private_threadpool_size
+
+
+def test_datasets_keep_tf_datas_own_pool_unless_the_config_sets_one():
+  from official.core import config_definitions  # pylint: disable=g-import-not-at-top
+  runtime = config_definitions.RuntimeConfig()
+  assert inputs.input_threads(runtime) == 0  # As stock TFM.
+  dataset = tf.data.Dataset.range(4)
+  assert inputs.with_input_threads(dataset, 0) is dataset
+  runtime.dataset_num_private_threads = 3
+  assert inputs.input_threads(runtime) == 3
+  assert _pool(inputs.with_input_threads(dataset, 3)) == 3
+
+
+def test_a_pipeline_that_sizes_its_own_pool_keeps_it():
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 5
+  own = tf.data.Dataset.range(4).with_options(options)
+  assert _pool(inputs.with_input_threads(own, 3)) == 5
+
+
+def test_the_threaded_dataset_fn_passes_input_context_only_where_taken():
+  context = tf.distribute.InputContext(num_input_pipelines=2,
+                                       input_pipeline_id=1)
+
+  def plain(rows):
+    return tf.data.Dataset.range(rows)
+
+  def sharded(rows, input_context=None):
+    return tf.data.Dataset.range(rows).shard(
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
+
+  for dataset_fn, rows in ((plain, [0, 1, 2, 3]), (sharded, [1, 3])):
+    dataset = inputs.threaded_dataset_fn(dataset_fn, 2, 4)(
+        input_context=context)
+    assert list(dataset.as_numpy_iterator()) == rows
+    assert _pool(dataset) == 2

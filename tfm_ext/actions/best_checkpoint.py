@@ -1,0 +1,303 @@
+"""A crash-safe exporter that keeps the top-k checkpoints by an eval metric.
+
+A drop-in for TFM's `BestCheckpointExporter` (same config keys, same
+`maybe_export_checkpoint` / `best_ckpt_logs` / `best_ckpt_path` interface),
+with `trainer.best_checkpoint_top_k` for k. The record of what is kept is one
+JSON manifest, `best_checkpoints.json`:
+
+    {"metric": "accuracy", "comp": "higher", "k": 3,
+     "checkpoints": [{"path": "best_ckpt-500", "global_step": 500,
+                      "value": 0.98, "metrics": {...all scalar logs...}}, ...]}
+
+best first. Order of writes for a new entry: checkpoint files, then the
+manifest (written whole: `_files.write_json`), then TFM's `info.json` and the
+`checkpoint` state file for the top entry (so `tf.train.latest_checkpoint` on
+the directory and TFM's tooling find the best), then evicted files are
+deleted. A crash anywhere leaves the manifest naming complete checkpoints
+only; `repair` (run at construction) deletes what the manifest does not name
+and drops entries whose files are gone. A damaged manifest (not JSON, not
+ours) is rebuilt with one warning from what TFM's `info.json` and the state
+file record: the best checkpoint is kept, the others, whose values only the
+manifest held, are moved to `unranked/` (kept, out of the ranking), as are
+recorded checkpoints this run cannot rank (a NaN value, no value for a
+changed metric, beyond a smaller k). Every file goes through
+`tf.io.gfile`, so `model_dir` may be a bucket.
+"""
+
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from official.core import config_definitions
+from official.core import train_utils
+
+from tfm_ext.actions import logs
+from tfm_ext.model_dir import _best_checkpoint_files as files
+from tfm_ext.model_dir import _files
+
+MANIFEST = files.MANIFEST
+INFO = files.INFO
+PREFIX = files.PREFIX
+UNRANKED = files.UNRANKED
+
+
+def maybe_create(params: config_definitions.ExperimentConfig,
+                 model_dir: str) -> Optional["TopKCheckpointExporter"]:
+  """Returns the exporter that `params.trainer` asks for, or None."""
+  trainer = params.trainer
+  if not (model_dir and trainer.best_checkpoint_export_subdir
+          and trainer.best_checkpoint_eval_metric):
+    return None
+  return TopKCheckpointExporter(
+      os.path.join(model_dir, trainer.best_checkpoint_export_subdir),
+      metric_name=trainer.best_checkpoint_eval_metric,
+      metric_comp=trainer.best_checkpoint_metric_comp,
+      k=getattr(trainer, "best_checkpoint_top_k", 1))
+
+
+def best_of(model_dir: str, trainer_config) -> Dict[str, Any]:
+  """The best checkpoint `trainer_config`'s list holds in `model_dir`.
+
+  `{"metric", "value", "global_step", "path"}` of the list's first entry;
+  {} without a list, or with one that is empty or does not read.
+  """
+  subdir = trainer_config.best_checkpoint_export_subdir
+  if not (model_dir and subdir and trainer_config.best_checkpoint_eval_metric):
+    return {}
+  directory = os.path.join(model_dir, subdir)
+  try:
+    manifest = files.read_manifest(directory)
+  except (tf.errors.OpError, ValueError):
+    return {}
+  if not manifest["checkpoints"]:
+    return {}
+  top = manifest["checkpoints"][0]
+  return {"metric": manifest.get("metric"), "value": top.get("value"),
+          "global_step": top["global_step"],
+          "path": os.path.join(directory, top["path"])}
+
+
+class TopKCheckpointExporter:
+  """Keeps the k best checkpoints by `metric_name` in `export_dir`.
+
+  NaN and infinite values are never kept. A tie keeps the older checkpoint.
+  A checkpoint on record that cannot be ranked (a NaN value, or none for a
+  new `metric_name`), or is beyond a smaller k than the record's, is moved
+  to `unranked/`, never deleted. Several evaluators may export into one
+  directory (`_refresh`).
+  `metric_name` may be nested with TFM's `|` separator ("coco|AP").
+  """
+
+  def __init__(self, export_dir: str, *, metric_name: str, metric_comp: str,
+               k: int = 1):
+    if metric_comp not in ("higher", "lower"):
+      raise ValueError("best_checkpoint_metric_comp must be 'higher' or "
+                       f"'lower', got {metric_comp!r}.")
+    if k < 1:
+      raise ValueError(f"best_checkpoint_top_k must be >= 1, got {k}.")
+    self._dir = export_dir
+    self._metric_name = metric_name
+    self._metric_path = metric_name.split("|")
+    self._comp = metric_comp
+    self._k = k
+    tf.io.gfile.makedirs(export_dir)
+    self._damage: Optional[_files.Damaged] = None
+    # Checkpoints on record that this run cannot rank (a NaN value, or no
+    # value for its metric): `repair` moves them to `unranked/`.
+    self._unrankable: Dict[str, str] = {}
+    self._entries: List[Dict[str, Any]] = self._load()
+    self.repair()
+
+  # -- TFM's BestCheckpointExporter interface -------------------------------
+
+  def maybe_export_checkpoint(self, checkpoint: tf.train.Checkpoint,
+                              eval_logs: Mapping[str, Any],
+                              global_step: int) -> bool:
+    """Keeps `checkpoint` if it is among the k best; returns whether it was."""
+    step = int(global_step)
+    metrics = logs.scalar_tree(eval_logs)
+    value = self._value(metrics)
+    if value is None:
+      raise ValueError(
+          f"best_checkpoint_eval_metric {self._metric_name!r} is not in the "
+          "eval logs; they have: "
+          f"{sorted(name for name, _ in logs.leaves(metrics, '|'))}.")
+    if not math.isfinite(value):
+      logging.warning("Best-checkpoint metric %r is %s at step %d; not kept.",
+                      self._metric_name, value, step)
+      return False
+    self._refresh()
+    if not self._ranks_in(step, value):
+      return False
+    path = checkpoint.write(os.path.join(self._dir, f"{PREFIX}-{step}"))
+    # Another evaluator may have kept a better one while this one wrote.
+    self._refresh()
+    if not self._ranks_in(step, value):
+      files.delete_checkpoint(path)
+      return False
+    entry = {"path": os.path.basename(path), "global_step": step,
+             "value": value, "metrics": metrics}
+    entries = self._sorted(self._entries + [entry])
+    kept, evicted = entries[:self._k], entries[self._k:]
+    self._commit(kept)
+    for old in evicted:
+      files.delete_checkpoint(os.path.join(self._dir, old["path"]))
+    return True
+
+  def _ranks_in(self, step: int, value: float) -> bool:
+    """Whether a checkpoint of `step` and `value` gets into the k best."""
+    if any(e["global_step"] == step for e in self._entries):
+      return False  # Already judged (a re-evaluated checkpoint).
+    return len(self._entries) < self._k or self._better(
+        value, self._entries[-1]["value"])
+
+  def _refresh(self) -> None:
+    """Takes up the manifest as another job on the directory left it.
+
+    Evaluators beside each other (and beside a trainer) export into one
+    directory; each reads the manifest before it decides and again before
+    it commits, so none ranks against a list another one has since changed.
+    An object store has no compare-and-swap: two commits within the same
+    few milliseconds still race, and the later one wins. A manifest that
+    does not read keeps the list this exporter holds.
+    """
+    try:
+      manifest = files.read_manifest(self._dir)
+    except (_files.Damaged, tf.errors.NotFoundError):
+      return
+    self._entries = self._ranked(manifest)[:self._k]
+
+  @property
+  def best_ckpt_logs(self) -> Optional[Dict[str, Any]]:
+    """The eval logs of the best checkpoint, or None before the first."""
+    return self._entries[0]["metrics"] if self._entries else None
+
+  @property
+  def best_ckpt_path(self) -> Optional[str]:
+    return (os.path.join(self._dir, self._entries[0]["path"])
+            if self._entries else None)
+
+  @property
+  def kept(self) -> List[Dict[str, Any]]:
+    """The manifest's entries, best first."""
+    return [dict(e) for e in self._entries]
+
+  # -- Crash safety ---------------------------------------------------------
+
+  def repair(self) -> None:
+    """Makes the directory agree with the manifest after a crash.
+
+    Drops entries whose checkpoint files are missing, deletes checkpoint
+    files and temp files the manifest does not name, and rewrites the
+    manifest, `info.json` and the state file from what remains. Says what
+    it removed, and why, in one warning.
+    """
+    complete = files.complete(self._dir, self._entries)
+    named = {e["path"] for e in complete}
+    # A complete checkpoint whose value only a damaged manifest held, or
+    # one this run cannot rank: out of the ranking, but kept.
+    removed, moved = files.tidy(
+        self._dir, named=named.__contains__,
+        kept=lambda stem: bool(self._damage) or stem in self._unrankable)
+    if self._damage:
+      kept = (f"keeps {complete[0]['path']}, the best that {INFO} records"
+              if complete else "keeps no checkpoint")
+      logging.warning(
+          "%s. Rebuilt from %s and the state file: it %s%s.", self._damage,
+          INFO, kept, f"; moved {', '.join(moved)}, whose values only the "
+          f"manifest held, to {UNRANKED}/" if moved else "")
+    elif moved:
+      stems = sorted({name.split(".")[0] for name in moved})
+      logging.warning("Moved %s to %s/, out of the ranking by %s: %s.",
+                      ", ".join(moved), UNRANKED, self._metric_name,
+                      "; ".join(f"{stem} {self._unrankable[stem]}"
+                                for stem in stems))
+    if removed and not self._damage:
+      logging.warning("Removed %s: not in the best-checkpoint manifest (left "
+                      "by an interrupted export).", ", ".join(removed))
+    if complete or self._entries or self._damage:
+      self._commit(complete)
+    self._damage = None
+
+  def _commit(self, entries: List[Dict[str, Any]]) -> None:
+    files.write(self._dir, {"metric": self._metric_name, "comp": self._comp,
+                            "k": self._k}, entries)
+    self._entries = entries
+
+  def _load(self) -> List[Dict[str, Any]]:
+    if not tf.io.gfile.exists(os.path.join(self._dir, MANIFEST)):
+      return self._adopt_tfm_export()
+    try:
+      manifest = files.read_manifest(self._dir)
+    except _files.Damaged as e:
+      self._damage = e  # `repair` says what it kept.
+      return self._adopt_tfm_export()
+    if (manifest.get("metric"), manifest.get("comp")) != (self._metric_name,
+                                                          self._comp):
+      logging.warning("The best-checkpoint manifest ranks by %s/%s, this run "
+                      "by %s/%s: ranking its entries again.",
+                      manifest.get("metric"), manifest.get("comp"),
+                      self._metric_name, self._comp)
+    entries = self._ranked(manifest)
+    for entry in entries[self._k:]:  # A smaller k than the manifest's.
+      self._unrankable[entry["path"]] = (
+          f"is beyond best_checkpoint_top_k={self._k}")
+    return entries[:self._k]
+
+  def _ranked(self, manifest: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The manifest's rankable entries with their values, best first."""
+    entries = []
+    for entry in manifest["checkpoints"]:
+      value = self._rankable_value(entry["path"], entry.get("metrics", {}))
+      if value is not None:
+        entries.append({**entry, "value": value})
+    return self._sorted(entries)
+
+  def _adopt_tfm_export(self) -> List[Dict[str, Any]]:
+    """Takes over a directory that TFM's own exporter wrote (no manifest).
+
+    Also rebuilds from what is left when the manifest is damaged: the
+    checkpoint state file names the best checkpoint, and TFM's `info.json`
+    holds its metrics.
+    """
+    best = files.read_tfm_best(self._dir)
+    if best is None:
+      return []
+    name, step, metrics = best
+    value = self._rankable_value(name, metrics)
+    if value is None:
+      return []
+    logging.info("Adopting TFM's best checkpoint %s (step %d).", name, step)
+    return [{"path": name, "global_step": step, "value": value,
+             "metrics": metrics}]
+
+  # -- Ranking --------------------------------------------------------------
+
+  def _value(self, metrics: Mapping[str, Any]) -> Optional[float]:
+    try:
+      return float(train_utils.get_leaf_nested_dict(dict(metrics),
+                                                    self._metric_path))
+    except (KeyError, TypeError, ValueError):
+      return None
+
+  def _rankable_value(self, path: str,
+                      metrics: Mapping[str, Any]) -> Optional[float]:
+    """The finite value of a recorded checkpoint, else None, noting why."""
+    value = self._value(metrics)
+    if value is not None and math.isfinite(value):
+      return value
+    self._unrankable[path] = (f"has no {self._metric_name!r}" if value is None
+                              else f"has {self._metric_name}={value}")
+    return None
+
+  def _better(self, new: float, old: float) -> bool:
+    return new > old if self._comp == "higher" else new < old
+
+  def _sorted(self, entries):
+    sign = -1.0 if self._comp == "higher" else 1.0
+    # Best first; among equal values the older (lower step) first, so a tie
+    # never displaces a kept checkpoint.
+    return sorted(entries, key=lambda e: (sign * e["value"], e["global_step"]))

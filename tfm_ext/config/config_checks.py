@@ -1,0 +1,422 @@
+"""Checks the config values the driver uses, before anything is written.
+
+TFM's overrides keep whatever YAML parsed (`trainer.train_steps=abc` is the
+string 'abc', `=100.5` a float, `=null` None), and stock TFM checks a value
+only where it is used: Orbit's `Controller`, TensorFlow's
+`CheckpointManager`, the best-checkpoint exporter, `set_mixed_precision_policy`
+raise on theirs once the run has started (some only after training), and a
+few values are never refused and hang or quietly do nothing. Here each
+raises `UsageError` up front, one message naming the field, its value and
+what is accepted:
+
+    trainer.steps_per_loop=0: give a positive whole number of steps.
+
+`check` runs before the strategy is built: types everywhere in `trainer`
+and `runtime` (a value of the wrong type is wrong in every mode), ranges of
+the fields the mode reads, and Orbit's rule that `summary_interval` is a
+multiple of `steps_per_loop`. A rule's field may be a pattern (`*` stands
+for any part of a dotted name) that covers every field it matches, in the
+branch a oneof selects (`learning_rate.type`): every learning rate of
+every schedule and warmup, every dropout rate anywhere in `task`, every
+whole number anywhere (TensorFlow counts steps in int64; Python's ints
+have no bound, and `train_steps=10**20` failed only once the run had
+started). `check_best_checkpoint_metric` runs once the strategy exists
+(it builds the task's metrics, and a multi-worker strategy must come
+before the first TensorFlow variable).
+
+TFM's meanings are kept: `validation_steps=-1` evaluates the whole
+validation set, `validation_interval=0` evaluates only after training,
+`checkpoint_interval=0` saves no checkpoint (a warning says so: the
+reference ResNet launcher asks for it), `summary_interval=null` has Orbit
+write no summaries inside loops, `max_to_keep=null` keeps every checkpoint,
+an empty `best_checkpoint_eval_metric` exports no best checkpoint, a
+negative `recovery_max_trials` turns the loss check off, and null stays
+"unset" for any field without a rule here.
+"""
+
+import dataclasses
+import difflib
+import fnmatch
+import functools
+import math
+import os
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+from absl import logging
+import tensorflow as tf
+
+from official.core import base_task
+from official.core import base_trainer
+from official.core import config_definitions
+from official.core import task_factory
+
+from tfm_ext.config import _config_types
+from tfm_ext.errors import UsageError
+from tfm_ext.training import custom_trainer
+
+# The name base_trainer gives its validation loss metric, logged by every
+# evaluation whose task reports a loss.
+VALIDATION_LOSS = "validation_loss"
+
+# What `official.modeling.performance.set_mixed_precision_policy` accepts;
+# it compares with `==`, so TensorFlow's aliases ('half') pass too.
+MIXED_PRECISION_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
+
+# Fields another check owns, with its own advice (`preflight.check_runtime`).
+CHECKED_ELSEWHERE = ("runtime.dataset_num_private_threads",)
+
+# TensorFlow's steps, sizes and seeds are int64.
+INT64_MAX = 2**63 - 1
+
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+  """What the mode does with the config: which rules apply."""
+  params: config_definitions.ExperimentConfig
+  trains: bool
+  evaluates: bool
+
+  @property
+  def exports_best(self) -> bool:
+    """Whether an exporter keeps best checkpoints (`best_checkpoint`'s rule)."""
+    trainer = self.params.trainer
+    return bool(self.evaluates and trainer.best_checkpoint_export_subdir
+                and trainer.best_checkpoint_eval_metric)
+
+  @property
+  def checks_loss(self) -> bool:
+    """Whether TFM's loss check (its `RecoveryCondition`) runs in training."""
+    trials = self.params.trainer.recovery_max_trials
+    return self.trains and _config_types.integer(trials) and trials >= 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """A field, when the mode reads it, and which values it accepts."""
+  # Dotted, from the ExperimentConfig; with `*`, every field it matches.
+  field: str
+  applies: Callable[[Use], bool]
+  accepts: Callable[[Any], bool]
+  accepted: str  # Completes "give ...".
+
+
+def _at_least(minimum: int, or_null: bool = False) -> Callable[[Any], bool]:
+  return lambda v: (or_null and v is None) or (_config_types.integer(v) and v >= minimum)
+
+
+def _fits_int64(value) -> bool:
+  """Whether every whole number in `value` (or in its list) is an int64."""
+  if isinstance(value, (list, tuple)):
+    return all(_fits_int64(v) for v in value)
+  return (not _config_types.integer(value)
+          or -INT64_MAX - 1 <= value <= INT64_MAX)
+
+
+def _rate(value) -> bool:
+  """A learning rate: finite, 0 or more, or null (TFM's unset)."""
+  return value is None or (_config_types.number(value)
+                           and math.isfinite(value) and value >= 0)
+
+
+def _rates(value) -> bool:
+  return value is None or (isinstance(value, (list, tuple))
+                           and all(v is not None and _rate(v) for v in value))
+
+
+def _ascending_steps(value) -> bool:
+  return value is None or (
+      isinstance(value, (list, tuple)) and all(_at_least(0)(v) for v in value)
+      and all(a < b for a, b in zip(value, value[1:])))
+
+
+def _dropout_rate(value) -> bool:
+  """A fraction of units to drop; a switch (`flat_..._drop_rate`) passes."""
+  return value is None or isinstance(value, bool) or (
+      _config_types.number(value) and 0 <= value < 1)
+
+
+def _mixed_precision(value) -> bool:
+  if not value:  # None or "": TFM sets no policy.
+    return value is None or value == ""
+  try:
+    return isinstance(value, str) and tf.as_dtype(value) in (
+        MIXED_PRECISION_DTYPES)
+  except TypeError:
+    return False
+
+
+def _subdir(value) -> bool:
+  """A folder of its own inside model_dir: a relative path, no `.` or `..`
+  (the exporter clears what it did not write there, and writes the state
+  file of its best checkpoint)."""
+  if not isinstance(value, str) or os.path.isabs(value) or "://" in value:
+    return False
+  parts = value.rstrip("/").split("/")
+  return all(part not in ("", ".", "..") for part in parts)
+
+
+def _always(use: Use) -> bool:
+  del use
+  return True
+
+
+def _trains(use: Use) -> bool:
+  return use.trains
+
+
+def _evaluates(use: Use) -> bool:
+  return use.evaluates
+
+
+# Any optimizer config (a multi-task one may hold several), its schedule
+# and warmup, whichever type each selects.
+_SCHEDULE = "*optimizer_config.learning_rate."
+_LEARNING_RATE_ACCEPTED = (
+    "a number, 0 or more and finite (a negative learning rate climbs the "
+    "loss), or null where the schedule leaves it unset")
+# TFM's names of the fraction of units a layer drops (dropout_rate,
+# attention_dropout, hidden_dropout_prob, stochastic_depth_drop_rate,
+# dropatt, drop_connect_rate...), in any part of the task.
+DROPOUT_FIELDS = ("task.*dropout*", "task.*drop_rate", "task.*drop_prob",
+                  "task.*dropatt", "task.*dropcnn", "task.*drop_connect*",
+                  "task.*drop_path*")
+
+# In order: a field's rule comes before any rule or check that reads it.
+RULES = (
+    # Every whole number anywhere: Python's have no bound.
+    Rule("*", _always, _fits_int64,
+         f"a whole number TensorFlow holds (int64: at most {INT64_MAX})"),
+    # Every mode: training runs to it, continuous_eval stops at it.
+    Rule("trainer.train_steps", _always, _at_least(0),
+         "a whole number of steps, 0 or more"),
+    Rule("trainer.steps_per_loop", _trains, _at_least(1),
+         "a positive whole number of steps"),
+    Rule("trainer.summary_interval", _trains, _at_least(1, or_null=True),
+         "a positive whole number of steps, a multiple of "
+         "trainer.steps_per_loop, or null for no summaries inside loops"),
+    # 0 or null: no checkpoint at all (Orbit saves only with an interval).
+    Rule("trainer.checkpoint_interval", _trains, _at_least(0, or_null=True),
+         "a positive whole number of steps, or 0 for no checkpoints"),
+    Rule("trainer.validation_interval",
+         lambda use: use.trains and use.evaluates, _at_least(0, or_null=True),
+         "a positive whole number of steps, or 0 to evaluate only after "
+         "training"),
+    Rule("trainer.validation_steps", _evaluates,
+         lambda v: _config_types.integer(v) and (v > 0 or v == -1),
+         "a positive whole number of steps, or -1 for the whole validation "
+         "set"),
+    # An evaluator's checkpoint manager takes it too.
+    Rule("trainer.max_to_keep", _always, _at_least(1, or_null=True),
+         "a positive number of checkpoints, or null to keep them all"),
+    Rule("task.train_data.global_batch_size", _trains, _at_least(1),
+         "a positive whole number of examples"),
+    Rule("task.validation_data.global_batch_size", _evaluates, _at_least(1),
+         "a positive whole number of examples"),
+    Rule("trainer.best_checkpoint_metric_comp", lambda use: use.exports_best,
+         lambda v: v in ("higher", "lower"),
+         "'higher' or 'lower' (which values of "
+         "trainer.best_checkpoint_eval_metric are better)"),
+    Rule("trainer.best_checkpoint_top_k", lambda use: use.exports_best,
+         _at_least(1), "a positive number of best checkpoints to keep"),
+    Rule("trainer.best_checkpoint_export_subdir", lambda use: use.exports_best,
+         _subdir, "a folder of its own inside --model_dir, as TFM's "
+         "'best_ckpt': a relative path without '.' or '..' (the exporter "
+         "clears what it did not write there), or '' for no best checkpoint"),
+    Rule("trainer.recovery_max_trials", _trains, _config_types.integer,
+         "a whole number: how often to go back to the last checkpoint after "
+         "a NaN loss or one over trainer.loss_upper_bound (0: fail at once; "
+         "negative: no loss check)"),
+    Rule("trainer.loss_upper_bound", lambda use: use.checks_loss, _config_types.number,
+         "a number (the loss above which trainer.recovery_max_trials "
+         "applies)"),
+    Rule("trainer.recovery_begin_steps", lambda use: use.checks_loss,
+         _config_types.integer, "a whole number of steps"),
+    Rule("runtime.mixed_precision_dtype", _always, _mixed_precision,
+         "float16, bfloat16 or float32 (TFM sets the policy mixed_float16, "
+         "mixed_bfloat16 or float32 from it), or null for none"),
+    # Every learning rate of every schedule and warmup: learning_rate,
+    # initial_, end_, pre_offset_, warmup_learning_rate...
+    Rule("*optimizer_config.*learning_rate", _trains, _rate,
+         _LEARNING_RATE_ACCEPTED),
+    Rule(_SCHEDULE + "*.values", _trains, _rates,
+         "a list of learning rates, each a number, 0 or more and finite"),
+    Rule(_SCHEDULE + "cosine.alpha", _trains, _rate,
+         "a number, 0 or more and finite: the fraction of "
+         "initial_learning_rate the decay ends at (a negative one ends below "
+         "0)"),
+    Rule(_SCHEDULE + "*.boundaries", _trains, _ascending_steps,
+         "a list of steps, each a whole number, 0 or more, in strictly "
+         "ascending order"),
+    # A decay over 0 steps divides by 0: a NaN learning rate.
+    Rule(_SCHEDULE + "*decay_steps", _trains, _at_least(1, or_null=True),
+         "a positive whole number of steps"),
+    Rule("*optimizer_config.warmup.*.warmup_steps", _trains,
+         _at_least(0, or_null=True), "a whole number of steps, 0 or more"),
+    # Keras builds a Dropout layer only with a rate in [0, 1], and drops
+    # every unit at 1: the model is built in every mode.
+    *(Rule(field, _always, _dropout_rate,
+           "a number from 0 to below 1: the fraction of units dropped")
+      for field in DROPOUT_FIELDS),
+)
+
+
+def check(params: config_definitions.ExperimentConfig, *, trains: bool,
+          evaluates: bool) -> None:
+  """Raises `UsageError` for the first config value the mode cannot run.
+
+  Needs no TensorFlow runtime: call it before the strategy is built. Logs a
+  warning for a training run that will save no checkpoint.
+  """
+  use = Use(params=params, trains=trains, evaluates=evaluates)
+  leaves = dict(_leaves(params.as_dict()))
+  for rule in RULES:
+    if not rule.applies(use):
+      continue
+    for field, value in _matching(params, rule.field, leaves):
+      if not rule.accepts(value):
+        raise UsageError(f"{field}={_config_types.show(value)}: give "
+                         f"{rule.accepted}.")
+  if trains:
+    _check_stepwise(leaves)
+  trainer = params.trainer
+  if trains and trainer.summary_interval is not None and (
+      trainer.summary_interval % trainer.steps_per_loop):
+    # Orbit's Controller refuses it, but not with the callable
+    # steps_per_loop that `assembly` gives it.
+    raise UsageError(
+        f"trainer.summary_interval={trainer.summary_interval} is not a "
+        f"multiple of trainer.steps_per_loop={trainer.steps_per_loop}: give "
+        f"a multiple of {trainer.steps_per_loop} (Orbit's Controller "
+        "requires one), or null for no summaries inside loops.")
+  for section in ("trainer", "runtime"):
+    _config_types.check(getattr(params, section), section,
+                        skip=CHECKED_ELSEWHERE)
+  if trains and not trainer.checkpoint_interval:
+    logging.warning(
+        "trainer.checkpoint_interval=%s: this run saves no checkpoint, so "
+        "what it trains is lost when it ends; give a positive number of "
+        "steps to keep it.", _config_types.show(trainer.checkpoint_interval))
+
+
+def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
+                                 trainer_cls: type, *,
+                                 evaluates: bool) -> None:
+  """Refuses a best-checkpoint metric that the evaluations will not log.
+
+  The logs of TFM's and `CustomTrainer`'s `eval_end` are the task's
+  `build_metrics(training=False)`, the model's own `model.metrics`,
+  `validation_loss` and what the task's `reduce_aggregated_logs` returns.
+  The check builds the task and its metrics (the model too, only if the
+  name is not among those), and refuses nothing when the names cannot be
+  known without running: a trainer with its own `eval_end`, a task with its
+  own `reduce_aggregated_logs`, metrics or a model that cannot be built
+  here. Needs the TensorFlow runtime: call it once the strategy is built.
+  """
+  use = Use(params=params, trains=False, evaluates=evaluates)
+  if not use.exports_best:
+    return
+  metric = params.trainer.best_checkpoint_eval_metric
+  root = metric.split("|")[0]  # TFM's separator of nested logs.
+  if _overrides(trainer_cls, "eval_end", (base_trainer.Trainer,
+                                          custom_trainer.CustomTrainer)):
+    return
+  task = _built(lambda: task_factory.get_task(params.task))
+  if task is None or _overrides(type(task), "reduce_aggregated_logs",
+                                (base_task.Task,)):
+    return
+  names = _built(lambda: _names(task.build_metrics(training=False)))
+  if names is None or root in names + [VALIDATION_LOSS]:
+    return
+  model_names = _built(lambda: _names(task.build_model().metrics))
+  if model_names is None or root in model_names:
+    return
+  known = names + model_names + [VALIDATION_LOSS]
+  close = difflib.get_close_matches(root, known, n=1)
+  guess = f" Did you mean {close[0]!r}?" if close else ""
+  raise UsageError(
+      f"trainer.best_checkpoint_eval_metric={metric!r}: the evaluations of "
+      f"{type(task).__name__} do not log it; they log "
+      f"{', '.join(repr(n) for n in known)}.{guess} Give one of them, or "
+      "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint.")
+
+
+def _check_stepwise(leaves: Dict[str, Any]) -> None:
+  """Refuses a stepwise schedule whose values do not match its boundaries."""
+  for field, boundaries in leaves.items():
+    if not fnmatch.fnmatchcase(field, _SCHEDULE + "stepwise.boundaries"):
+      continue
+    values = leaves.get(field[:-len("boundaries")] + "values")
+    if isinstance(boundaries, list) and isinstance(values, list) and (
+        len(values) != len(boundaries) + 1):
+      raise UsageError(
+          f"{field[:-len('.boundaries')]} has {len(boundaries)} boundaries "
+          f"and {len(values)} values: give one value more than boundaries "
+          "(the learning rate before the first boundary, then after each).")
+
+
+def _get(params, field: str):
+  return functools.reduce(lambda obj, name: getattr(obj, name, _MISSING),
+                          field.split("."), params)
+
+
+def _matching(params, field: str,
+              leaves: Dict[str, Any]) -> List[Tuple[str, Any]]:
+  """`(field, value)` of what a rule's `field` names, in the config's order.
+
+  A pattern matches the fields of `leaves` (the config as `as_dict` gives
+  it: only the selected branch of a oneof); a plain field is looked up,
+  and left out if the config lacks it.
+  """
+  if "*" in field:
+    return [(name, value) for name, value in leaves.items()
+            if fnmatch.fnmatchcase(name, field)]
+  value = _get(params, field)
+  return [] if value is _MISSING else [(field, value)]
+
+
+def _leaves(tree: Dict[str, Any], prefix: str = ""
+            ) -> Iterator[Tuple[str, Any]]:
+  """`(dotted field, value)` of every value of `tree` that is not a mapping.
+
+  A list of mappings (sub-configs) is walked too, as `field[i]`.
+  """
+  for name, value in tree.items():
+    field = f"{prefix}.{name}" if prefix else str(name)
+    if isinstance(value, dict):
+      yield from _leaves(value, field)
+    elif isinstance(value, (list, tuple)) and any(
+        isinstance(v, dict) for v in value):
+      for i, item in enumerate(value):
+        if isinstance(item, dict):
+          yield from _leaves(item, f"{field}[{i}]")
+        else:
+          yield f"{field}[{i}]", item
+    else:
+      yield field, value
+
+
+def _overrides(cls: type, method: str, bases) -> bool:
+  """Whether `cls` has its own `method`, not the one of any of `bases`."""
+  return all(getattr(cls, method, None) is not getattr(base, method)
+             for base in bases)
+
+
+def _built(build: Callable[[], Any]) -> Any:
+  """What `build` returns, or None if it fails here.
+
+  A task, its metrics or its model may need what exists only in the run
+  (files, devices, an initialized checkpoint); the run then reports its
+  own error. Here a failure only means the names are not known.
+  """
+  try:
+    return build()
+  except Exception:  # pylint: disable=broad-except
+    logging.info("Could not list the evaluation's metric names here.",
+                 exc_info=True)
+    return None
+
+
+def _names(metrics) -> List[str]:
+  return [metric.name for metric in metrics]

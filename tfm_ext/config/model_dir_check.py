@@ -1,0 +1,171 @@
+"""Whether a `model_dir` can be used, checked before anything is written.
+
+Every mode writes into `model_dir` (a checkpoint, a record, a summary, the
+log), so before the first byte goes anywhere `check` makes sure it can:
+
+* its path holds no glob metacharacter (`*`, `?`, `[`): TensorFlow's
+  `CheckpointManager` and the best-checkpoint exporter delete old
+  checkpoints by `glob(prefix + ".*")`, so `job[1]`'s cleanup would match
+  and delete `job1`'s checkpoints, and never its own;
+* on a local disk: it is a directory, or can be made one (its nearest
+  existing ancestor is a directory), on a file system mounted writable,
+  that this user may write to;
+* elsewhere (`gs://`, `s3://`...): the store answers a stat of its bucket
+  and of it within `STORE_TIMEOUT_SECONDS` (with the credentials at hand);
+  a missing bucket, credentials refused (401), no permission (403), a
+  store that cannot be reached or does not answer: each is refused with
+  what to check (tests/e2e/test_gcs.py makes each one happen).
+
+Each problem is a `UsageError` of one paragraph (exit 2). A path that
+passed is not checked again in this process.
+"""
+
+import os
+import re
+import threading
+from typing import Optional
+
+import tensorflow as tf
+
+from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import _files
+
+GLOB_CHARACTERS = "*?["
+# A stat of a bucket takes well under a second where the store answers;
+# TensorFlow's own retries of an unreachable host take minutes (10 tries,
+# 1 s to 32 s apart). 20 s lets TensorFlow retry a passing fault 4 times,
+# and leaves a user's 60 s budget room for the launcher's own start.
+STORE_TIMEOUT_SECONDS = 20.0
+
+# Less free space than this on a local model_dir's disk cannot hold a
+# checkpoint of any model: refused before the first write.
+MIN_FREE_BYTES = 1 << 20
+# Stores whose first path element is a bucket that must exist.
+BUCKETS = ("gs", "s3")
+
+_checked = set()
+
+
+def check(model_dir: str, *,
+          store_timeout: float = STORE_TIMEOUT_SECONDS) -> None:
+  """Raises `UsageError` if `model_dir` cannot be written; writes nothing."""
+  if model_dir in _checked:
+    return
+  if not model_dir:
+    raise UsageError("--model_dir is empty: give the directory to write to.")
+  found = sorted(set(GLOB_CHARACTERS) & set(model_dir))
+  if found:
+    raise UsageError(
+        f"--model_dir={model_dir!r} holds {' and '.join(map(repr, found))}: "
+        "TensorFlow deletes old checkpoints by a glob of their path, which "
+        "would match other directories' checkpoints (for 'job[1]': job1's) "
+        "and never this one's. Use a path without *, ? and [.")
+  local = _files.local_path(model_dir)
+  if local is not None:
+    _check_local(model_dir, local)
+  else:
+    _check_store(model_dir, store_timeout)
+  _checked.add(model_dir)
+
+
+def _check_local(model_dir: str, path: str) -> None:
+  path = os.path.abspath(path)
+  existing = path
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  what = ("--model_dir" if existing == path
+          else f"--model_dir={model_dir!r}: its parent")
+  if not os.path.isdir(existing):
+    kind = "a file" if os.path.exists(existing) else "a dangling link"
+    raise UsageError(
+        f"{what} {existing!r} is {kind}, not a directory. Give a directory "
+        "(it is made if missing).")
+  try:
+    stat = os.statvfs(existing)
+  except OSError:
+    stat = None
+  if stat is not None and stat.f_flag & os.ST_RDONLY:
+    raise UsageError(
+        f"{what} {existing!r} is on a read-only file system. Give a "
+        "directory where this job may write.")
+  free = stat.f_bavail * stat.f_frsize if stat is not None else None
+  if free is not None and free < MIN_FREE_BYTES:
+    raise UsageError(
+        f"{what} {existing!r} is on a file system with {free} bytes free: "
+        "too little for a checkpoint. Free space, or give a directory on "
+        "another disk.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise UsageError(
+        f"{what} {existing!r} is not writable by this user (uid "
+        f"{os.getuid()}). Give a directory where this job may write, or "
+        "change its permissions.")
+
+
+def _check_store(model_dir: str, timeout: float) -> None:
+  """Stats `model_dir` in a thread; refuses an error or no answer in time.
+
+  The bucket first, with `stat`: TensorFlow's `isdir` and `exists` answer
+  False for any error (a 401 reads as a missing bucket), and its `makedirs`
+  in a missing bucket asks again without end. A thread that did not answer
+  in time is a daemon, left blocked in TensorFlow's client: the job exits
+  at once with its error, so it makes no request after that.
+  """
+  result = {}
+  scheme, _, rest = model_dir.partition("://")
+  bucket = f"{scheme}://{rest.split('/')[0]}" if scheme in BUCKETS else ""
+
+  def stat():
+    try:
+      if bucket:
+        tf.io.gfile.stat(bucket)
+      result["exists"] = tf.io.gfile.exists(model_dir)
+      if result["exists"]:
+        result["isdir"] = tf.io.gfile.isdir(model_dir)
+    except Exception as e:  # pylint: disable=broad-except
+      result["error"] = e
+
+  thread = threading.Thread(target=stat, daemon=True,
+                            name="tfm_ext_model_dir_check")
+  thread.start()
+  thread.join(timeout)
+  where = f"--model_dir={model_dir!r}"
+  if thread.is_alive():
+    raise UsageError(
+        f"{where}: {bucket or 'the store'} could not be reached within "
+        f"{timeout:.0f}s (no connection, or no answer: TensorFlow retries "
+        "for minutes). Check the network: that this host reaches the "
+        "store (www.googleapis.com for gs://), through a proxy if it needs "
+        "one (HTTPS_PROXY), and that a firewall lets it through.")
+  error: Optional[BaseException] = result.get("error")
+  if error is not None:
+    raise UsageError(f"{where}: " + _store_refusal(error, bucket))
+  if result.get("exists") and not result.get("isdir"):
+    raise UsageError(f"{where} is an object, not a directory. Give a "
+                     "directory.")
+
+
+def _store_refusal(error: BaseException, bucket: str) -> str:
+  """What the store's `error` means for a user, and what to check."""
+  text = str(error).strip()
+  http = re.search(r"HTTP response code (\d+)", text)
+  # GCS's own words, from the JSON body TensorFlow quotes.
+  said = re.search(r'"message": "((?:[^"\\]|\\.)*)"', text)
+  reason = (said.group(1) if said else (
+      text.splitlines()[0] if text else type(error).__name__)).rstrip(".")
+  code = int(http.group(1)) if http else None
+  if isinstance(error, tf.errors.NotFoundError) and bucket:
+    return (f"the bucket {bucket} does not exist. Check the bucket's name "
+            "(gsutil ls, or the cloud console), or create it.")
+  if code == 401 or isinstance(error, tf.errors.UnauthenticatedError):
+    return (f"{bucket or 'the store'} refused these credentials ({reason}). "
+            "Check the credentials at hand: the key file "
+            "GOOGLE_APPLICATION_CREDENTIALS names, `gcloud auth "
+            "application-default login`, or the VM's service account.")
+  if code == 403 or isinstance(error, tf.errors.PermissionDeniedError):
+    return (f"these credentials have no permission on {bucket or 'it'} "
+            f"({reason}). Check the bucket's name, and that the account "
+            "has a role to read and write objects in it (e.g. Storage "
+            "Object Admin).")
+  return (f"{bucket or 'the store'} cannot be used: {reason}. Check the "
+          "bucket's name, the credentials at hand "
+          "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth) and the network.")

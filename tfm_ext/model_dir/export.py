@@ -1,0 +1,367 @@
+"""Exports a model as a SavedModel whose `serving_default` takes its inputs.
+
+`--mode=export` writes the checkpoint `--checkpoint_path` names (a prefix,
+a directory or a step), by default the best checkpoint of `model_dir` (the
+one `best_ckpt/`'s state file names: ours and TFM's exporter both keep it on
+the best; of equal values, the older), else the latest, to
+`model_dir/export/<step>/`; `export_summary.json` keeps the metrics the
+best list recorded for it:
+
+    restore(checkpoint, model=..., global_step=...)   every model weight
+    serving_inputs(model, task, trainer)   -> ServingInputs (the hook below)
+    ServingModule(params, model, inputs)   TFM's `export_base.ExportModule`
+    save(module, export_dir)               written whole, never overwritten
+
+The signature's tensors are named after the model's inputs: `inputs` for a
+model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys or
+input names for several. Its outputs are the model's: a dict as it is, one
+tensor as `outputs`, several as `outputs_0`, `outputs_1`...
+
+How serving inputs become model inputs is a hook. A trainer or task (the
+trainer's wins) that defines
+
+    def serving_inputs(self, model) -> tfm_ext.ServingInputs:
+      return ServingInputs(
+          specs={"image_bytes": tf.TensorSpec([None], tf.string)},
+          prepare=lambda inputs: tf.map_fn(decode_png, inputs["image_bytes"],
+                                           fn_output_signature=image_spec))
+
+exports a model that takes PNG bytes (`PngServingTrainer` in
+tests/model_dir/test_export.py is the whole of one); `prepare` is traced into the
+SavedModel and must hold no state of its own (variables and tables belong in
+the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
+(`experiments/imagenet/export.py`) are two more uses of `restore`,
+`ServingModule` and `save`.
+"""
+
+import dataclasses
+import logging
+import os
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from official.core import export_base
+
+from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import _best_checkpoint_files as best_checkpoint_files
+from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import claim
+
+SUBDIR = "export"
+_SAVED_MODEL_PB = "saved_model.pb"
+SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingInputs:
+  """What `serving_default` takes and how that becomes the model's inputs.
+
+  Attributes:
+    specs: the signature's tensors by name; a batch dimension of None lets
+      a client send any number of examples.
+    prepare: takes `{name: tensor}` as `specs` describe them and returns
+      what the model is called on; traced into the SavedModel.
+  """
+  specs: Mapping[str, tf.TensorSpec]
+  prepare: Callable[[Dict[str, tf.Tensor]], Any]
+
+
+def model_inputs(model: tf_keras.Model) -> ServingInputs:
+  """The model's own inputs, as a functional or Sequential model declares them.
+
+  Raises:
+    UsageError: the model declares none (a subclassed model never called);
+      define `serving_inputs` on the task or trainer.
+  """
+  try:
+    structure = model.input
+  except (AttributeError, ValueError) as e:
+    raise UsageError(
+        f"Cannot tell what model {model.name!r} takes ({e}). Define "
+        "`serving_inputs(self, model)` on the task or trainer, returning a "
+        "tfm_ext.ServingInputs.") from e
+
+  def spec(keras_tensor, name):
+    return tf.TensorSpec([None] + list(keras_tensor.shape[1:]),
+                         keras_tensor.dtype, name=name)
+
+  if isinstance(structure, Mapping):
+    return ServingInputs({k: spec(t, k) for k, t in structure.items()}, dict)
+  if isinstance(structure, (list, tuple)):
+    names = list(model.input_names)
+    return ServingInputs({n: spec(t, n) for n, t in zip(names, structure)},
+                         lambda inputs: [inputs[n] for n in names])
+  return ServingInputs({"inputs": spec(structure, "inputs")},
+                       lambda inputs: inputs["inputs"])
+
+
+def serving_inputs(model: tf_keras.Model, *owners) -> ServingInputs:
+  """The first of `owners` (trainer, task) with `serving_inputs`, else the model's."""
+  for owner in owners:
+    hook = getattr(owner, "serving_inputs", None)
+    if hook is not None:
+      return hook(model)
+  return model_inputs(model)
+
+
+def _infer(inputs, model):
+  # TFM's default step is `model.call`, which leaves `training` to the
+  # model's default; dropout and batch norm must run as in evaluation.
+  return model(inputs, training=False)
+
+
+def _named(outputs) -> Dict[str, tf.Tensor]:
+  if isinstance(outputs, Mapping):
+    return dict(outputs)
+  if isinstance(outputs, (list, tuple)):
+    return {f"outputs_{i}": t for i, t in enumerate(outputs)}
+  return {"outputs": outputs}
+
+
+class ServingModule(export_base.ExportModule):
+  """TFM's export module for any model: `serve` prepares inputs, then infers."""
+
+  def __init__(self, params, model: tf_keras.Model, inputs: ServingInputs):
+    super().__init__(params, model, inference_step=_infer,
+                     preprocessor=inputs.prepare)
+    self._specs = dict(inputs.specs)
+
+  @tf.function
+  def serve(self, **inputs) -> Dict[str, tf.Tensor]:
+    """`{name: tensor}` as `ServingInputs.specs` says -> named model outputs."""
+    return _named(self.inference_step(self.preprocessor(inputs)))
+
+  def get_inference_signatures(self, function_keys: Mapping[str, str]):
+    """`serve` under each signature name of `function_keys`' values."""
+    serve = self.serve.get_concrete_function(**self._specs)
+    return {name: serve for name in function_keys.values()}
+
+
+def restore(checkpoint_path: str, **objects) -> None:
+  """Reads `objects` (`model=`, `global_step=`) from a checkpoint.
+
+  What else the checkpoint holds (the optimizer, the input iterator) is
+  left unread.
+
+  Raises:
+    AssertionError: a weight of `objects` has no value in the checkpoint (a
+      different architecture or `num_classes`), as TFM's export asserts.
+  """
+  status = tf.train.Checkpoint(**objects).read(checkpoint_path)
+  status.expect_partial().assert_existing_objects_matched()
+
+
+def save(module: ServingModule, export_dir: str) -> str:
+  """Writes `module.model` with the module's `serving_default`; returns the dir.
+
+  TFM's `export_base.export` saves the module as the SavedModel's root;
+  here the root is the model, so the SavedModel also loads with
+  `tf_keras.models.load_model` (the TF-Hub exports rely on it). It is
+  written into a hidden sibling of this process's own and moved into
+  place (`place`): on a local disk a reader (TF Serving watching
+  `export/`) never sees it half-written. Two exports of one directory at
+  once each write their own; the first to place it wins and the other's
+  copy is dropped. What
+  an interrupted export of this machine left is cleared first
+  (`_clear_leftovers`).
+
+  Raises:
+    FileExistsError: `export_dir` exists, or another export put it there
+      meanwhile; it is never overwritten.
+  """
+  export_dir = export_dir.rstrip("/")
+  if tf.io.gfile.exists(export_dir):
+    raise FileExistsError(f"{export_dir} exists; not overwritten.")
+  parent, name = os.path.split(export_dir)
+  owner = _owner()
+  _clear_leftovers(parent, name, owner)
+  partial = os.path.join(parent, f".{name}.partial.{owner}.{os.getpid()}")
+  tf_logger = tf.get_logger()
+  tf_logger.addFilter(_demote_compile_warning)
+  try:
+    module.model.save(partial, save_format="tf", include_optimizer=False,
+                      signatures=module.get_inference_signatures(
+                          {"serve": SIGNATURE}))
+  finally:
+    tf_logger.removeFilter(_demote_compile_warning)
+  place(partial, export_dir)
+  return export_dir
+
+
+def _demote_compile_warning(record: logging.LogRecord) -> bool:
+  """tf_keras's "compiled metrics have yet to be built", as INFO.
+
+  Saving a compiled model that was never fitted in this process (an
+  export) logs it; a SavedModel for serving takes no compiled metrics, so
+  it belongs in the log file, not on the console.
+  """
+  if record.levelno == logging.WARNING and str(record.msg).startswith(
+      "Compiled the loaded model, but the compiled metrics"):
+    record.levelno, record.levelname = logging.INFO, "INFO"
+  return True
+
+
+def place(partial: str, export_dir: str) -> None:
+  """Moves the finished `partial` to `export_dir`, which it never replaces.
+
+  On a local disk that is one rename. An object store renames a folder
+  object by object, if at all (`ram://` moves the folder's name alone), so
+  there each file is copied, `saved_model.pb` last: a SavedModel is
+  complete once it is there.
+
+  Raises:
+    FileExistsError: `export_dir` appeared while `partial` was written (a
+      second export of it); `partial` is deleted.
+  """
+  try:
+    if _files.local_path(export_dir) is not None:
+      tf.io.gfile.rename(partial, export_dir)
+    else:
+      _copy_saved_model(partial, export_dir)
+      tf.io.gfile.rmtree(partial)
+  except (tf.errors.OpError, OSError):
+    if not tf.io.gfile.exists(export_dir):
+      raise
+    tf.io.gfile.rmtree(partial)
+    raise FileExistsError(f"{export_dir} was written by another export "
+                          "meanwhile; not overwritten.") from None
+
+
+def _copy_saved_model(source: str, target: str) -> None:
+  """Copies the SavedModel `source` to a new `target`, `saved_model.pb` last.
+
+  Raises:
+    FileExistsError: `target` exists.
+  """
+  if tf.io.gfile.exists(target):
+    raise FileExistsError(target)
+  files = [os.path.join(folder, name)[len(source):].lstrip("/")
+           for folder, _, names in tf.io.gfile.walk(source) for name in names]
+  for name in sorted(files, key=lambda name: name == _SAVED_MODEL_PB):
+    tf.io.gfile.makedirs(os.path.dirname(os.path.join(target, name)))
+    tf.io.gfile.copy(os.path.join(source, name), os.path.join(target, name))
+
+
+def _owner() -> str:
+  """This machine and pid namespace, short: where a pid names one process."""
+  return claim.Process.this().machine
+
+
+def _clear_leftovers(parent: str, name: str, owner: str) -> None:
+  """Deletes the hidden copies of `name` that interrupted exports left.
+
+  A copy's name is its owner's record: `.<name>.partial.<machine>.<pid>`.
+  Those of a process of this machine (`owner`, `_owner()`) that is gone
+  (`claim.Judge`) go, and those of versions that named them
+  `.<name>.partial`. Another machine's copy may be an export in flight: it
+  stays.
+  """
+  prefix = f".{name}.partial"
+  mine = f"{prefix}.{owner}."
+  if not tf.io.gfile.isdir(parent):
+    return
+  judge = claim.Judge()  # Never stale: an export has no heartbeat.
+  for entry in tf.io.gfile.listdir(parent):
+    entry = entry.rstrip("/")
+    pid = entry[len(mine):] if entry.startswith(mine) else ""
+    if entry == prefix or (pid.isdigit() and judge.gone_because(
+        {**judge.me.fields(), "pid": int(pid)})):
+      tf.io.gfile.rmtree(os.path.join(parent, entry))
+
+
+def checkpoint_to_export(model_dir: str, best_subdir: str,
+                         chosen: str = "") -> str:
+  """The checkpoint `chosen` names, else the best, else the latest.
+
+  `chosen` is `--checkpoint_path`, as TFM's export scripts take it: a
+  checkpoint's prefix (`MODEL_DIR/ckpt-300`), a directory (its latest), or
+  a step (`300`: `ckpt-300` in `model_dir`, else `best_ckpt-300` in
+  `best_subdir`). The best is the first of `best_subdir`'s ranking: of
+  checkpoints with equal values, the older (`tfm_ext.actions.best_checkpoint`).
+
+  Raises:
+    UsageError: nothing to export, or `chosen` names no checkpoint.
+  """
+  best_dir = os.path.join(model_dir, best_subdir) if best_subdir else ""
+  if chosen:
+    if chosen.isdigit():
+      candidates = [os.path.join(model_dir, f"ckpt-{chosen}")] + (
+          [os.path.join(best_dir, f"{best_checkpoint_files.PREFIX}-{chosen}")]
+          if best_dir else [])
+    elif tf.io.gfile.isdir(chosen):
+      candidates = [tf.train.latest_checkpoint(chosen) or ""]
+    else:
+      candidates = [chosen]
+    for candidate in candidates:
+      if candidate and tf.io.gfile.exists(candidate + ".index"):
+        return candidate
+    raise UsageError(
+        f"--checkpoint_path={chosen!r} names no checkpoint (looked for "
+        f"{', '.join(repr(c + '.index') for c in candidates if c) or 'a checkpoint in it'}). "
+        "Give a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory or a "
+        "step; leave it out to export the best checkpoint.")
+  best = tf.train.latest_checkpoint(best_dir) if best_dir else None
+  checkpoint = best or tf.train.latest_checkpoint(model_dir)
+  if not checkpoint:
+    raise UsageError(f"No checkpoint in --model_dir={model_dir!r} to export. "
+                     "Train first, or point --model_dir at a directory that "
+                     "holds checkpoints.")
+  return checkpoint
+
+
+def recorded_metrics(model_dir: str, best_subdir: str,
+                     checkpoint: str) -> Dict[str, Any]:
+  """What an evaluation recorded for `checkpoint`: the best list's, else {}.
+
+  `best_subdir`'s manifest keeps the metrics of each checkpoint it ranks;
+  a checkpoint of `model_dir` is found there by its step.
+  """
+  if not best_subdir:
+    return {}
+  best_dir = os.path.join(model_dir, best_subdir)
+  if os.path.dirname(checkpoint) not in (model_dir, best_dir):
+    return {}  # Another run's checkpoint: its steps are not this list's.
+  step = checkpoint.rpartition("-")[2]
+  try:
+    manifest = best_checkpoint_files.read_manifest(
+        os.path.join(model_dir, best_subdir))
+  except (tf.errors.OpError, ValueError):
+    return {}  # Damaged or unreadable: the export goes on without them.
+  for entry in manifest.get("checkpoints", ()):
+    if str(entry.get("global_step")) == step:
+      return dict(entry.get("metrics") or {})
+  return {}
+
+
+def export_model_dir(trainer, params, model_dir: str,
+                     chosen: str = "") -> Dict[str, Any]:
+  """Exports `model_dir`'s chosen, best or latest checkpoint to `export/<step>/`.
+
+  `chosen` is `--checkpoint_path` (`checkpoint_to_export`). Restores the
+  checkpoint into `trainer`'s model and global step, so the run records the
+  exported step. Prints `export @ step N | <dir>`, or that the step's export
+  exists (left as it is); returns the checkpoint's recorded metrics
+  (`recorded_metrics`), which the export's summary keeps.
+  """
+  best_subdir = params.trainer.best_checkpoint_export_subdir
+  checkpoint = checkpoint_to_export(model_dir, best_subdir, chosen)
+  restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
+  step = int(trainer.global_step.numpy())
+  export_dir = os.path.join(model_dir, SUBDIR, str(step))
+  metrics = recorded_metrics(model_dir, best_subdir, checkpoint)
+  # Checked first, so an existing export never traces the serving module.
+  if not tf.io.gfile.exists(export_dir):
+    try:
+      save(ServingModule(params, trainer.model, serving_inputs(
+          trainer.model, trainer, trainer.task)), export_dir)
+    except FileExistsError:  # Another export finished first.
+      pass
+    else:
+      print(f"export @ step {step} | {export_dir} | from {checkpoint}",
+            flush=True)
+      return metrics
+  print(f"export @ step {step} | {export_dir} exists: not overwritten",
+        flush=True)
+  return metrics

@@ -1,0 +1,404 @@
+"""One trainer per `model_dir`: a lease that a second trainer respects.
+
+Two trainers on one `model_dir` would interleave their checkpoints and best
+list, so a training run's chief holds `model_dir/trainer_lease.json` from
+before it builds anything until it ends, however it ends:
+
+    {"host": "vm-3", "pid": 4121, "pid_space": "<boot id>/pid:[4026531836]",
+     "token": "9f0c...", "started": 1764560000.0, "heartbeat": 1764560042.5}
+
+A thread rewrites `heartbeat` (`time.time()`) every `heartbeat_seconds`:
+the lease and each claim below are records of `tfm_ext.model_dir.claim`, which
+writes, renews, reads and judges them. Evaluators and the other workers of
+a multi-worker job take no lease. `acquire` judges a lease it finds:
+
+* none, or one that does not parse: it takes the lease;
+* held on this machine (same host name, kernel boot and pid namespace, so
+  the pid names one process) by a process that is gone: it takes the lease
+  at once. That is what a SIGKILLed trainer leaves, so its relaunch is
+  never held up;
+* a heartbeat older than `stale_seconds` by this host's clock: it takes the
+  lease, with a warning;
+* a heartbeat that came within `3 * heartbeat_seconds`: it refuses with a
+  `UsageError` (exit 2) that names the holder;
+* in between (the holder missed beats; on another host its pid says
+  nothing): it watches the lease, a beat at a time, until the holder beats
+  again (refuse) or its heartbeat goes stale (take it).
+
+Taking the lease is exclusive by construction, on a local disk and on a
+bucket alike, with nothing but `tf.io.gfile` and no assumption on timing:
+a trainer that found no live holder writes a claim of its own,
+`model_dir/trainer_lease_claims/<token>.json` (a new object, never written
+over, the holder's fields), then lists the claims:
+
+* only its own (and claims judged gone, by the rules above): it takes the
+  lease, writes `trainer_lease.json` and deletes the gone claims;
+* `trainer_lease.json` names another live holder, or another live claim has
+  a smaller token: it deletes its claim and refuses, naming the trainer
+  that takes the lease (as the lease says within `_WINNER_SECONDS`, else
+  the smallest claim);
+* its token is the smallest of the live claims: it lists again a moment
+  later (`POLL_SECONDS`), until the others have withdrawn (it takes the
+  lease) or one of them has taken it (it refuses).
+
+Of two trainers that both take the lease, each listed the claims after its
+own claim was written and saw none of the other's; but whichever wrote its
+claim second listed after the first's claim was there, and a claim is only
+deleted by its trainer withdrawing or releasing, or by a trainer that
+judges it gone. So two live trainers cannot both take it, however long
+either takes between its steps. It needs only what GCS, S3 and a local
+disk give: a write, once it returns, is in every later listing (TF's GCS
+client caches stats, not listings, by default: `GCS_MATCHING_PATHS_CACHE_
+MAX_AGE` is 0). A conditional create (`ifGenerationMatch=0`) would be one
+request less, but gfile has none for files (TF's `mkdir` on `gs://` sends
+it, and fake-gcs-server ignores it there), and GCS's JSON API would need
+the credentials TF's client keeps to itself. Nor does any of it wait a
+fixed time: the claims cost a start a few requests (a write, a listing, the
+record), not a settle delay.
+
+The heartbeat reads
+the lease before rewriting it: a holder that finds another trainer's token,
+or no lease at all (its own heartbeat went stale while the process was
+suspended, and another trainer took the lease and maybe released it since;
+a user who deleted it), has lost it and stops beating. Each read of
+`trainer_lease.json` survives TF's GCS stat cache (`claim.read` reads a
+record that is not whole, or reads as "inconsistent", again).
+
+A lost lease is fenced: the holder proves it still holds the lease, by
+reading it back and finding its own token, before every write it makes
+into `model_dir`, not only at its heartbeat: `assert_held` runs before each
+checkpoint save (`tfm_ext.model_dir.checkpointing`), each record (`tfm_ext.model_dir._files`
+runs it before any write under `model_dir` while the lease is held) and as
+the first action after each loop (`check`). A trainer that was suspended
+or partitioned and wakes up raises `LeaseLost` at its first write and
+writes nothing. What stays open is the time between that read and the
+write it guards (milliseconds): a process stopped exactly there writes one
+object when it wakes.
+
+The heartbeat and staleness may be set by the environment
+(`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`), for
+tests and for clusters whose hosts' clocks or pauses need more room.
+
+What it cannot see: clocks that disagree between hosts by about
+`stale_seconds` or more (a live holder whose clock lags looks stale; the
+holder then stops at its next beat; a dead one whose clock leads holds a
+relaunch on another host up to that much longer).
+"""
+
+import os
+import secrets
+import socket
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from absl import logging
+import tensorflow as tf
+
+from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import claim
+
+FILENAME = "trainer_lease.json"
+CLAIMS = "trainer_lease_claims"
+_CLAIM_SUFFIX = ".json"
+HEARTBEAT_SECONDS = float(
+    os.environ.get("TFM_EXT_LEASE_HEARTBEAT_SECONDS", "10"))
+STALE_SECONDS = float(os.environ.get("TFM_EXT_LEASE_STALE_SECONDS", "60"))
+# How often a claim with the smallest token lists the claims again.
+POLL_SECONDS = 0.2
+# How long a trainer that withdrew its claim waits to name the winner.
+_WINNER_SECONDS = 5.0
+# A heartbeat this many beats old is missed: the holder may be gone.
+_MISSED_BEATS = 3
+# Where a pid names one process, as every record's owner (`tfm_ext.model_dir.claim`).
+pid_alive = claim.pid_alive
+pid_space = claim.pid_space
+# What a lease (or a claim) holds.
+_FIELDS = {"host": str, "pid": int, "token": str, "started": (int, float),
+           "heartbeat": (int, float)}
+
+
+class LeaseLost(UsageError):
+  """This trainer no longer holds the lease of its model_dir: stop writing."""
+
+
+def _utc(seconds: float) -> str:
+  return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+class Lease:
+  """This process's claim on `model_dir`; see the module docstring.
+
+  Args:
+    model_dir: the run's model_dir (a local path or a bucket).
+    clock: `time.time`, for the heartbeat and staleness.
+    sleep: `time.sleep`, for watching a lease and the claims.
+    is_alive: whether a pid of this machine runs (`pid_alive`).
+    host, pid, space: who this process is (`socket.gethostname()`,
+      `os.getpid()`, `pid_space()`).
+    heartbeat_seconds, stale_seconds, poll_seconds: see the module
+      docstring.
+    beat_in_background: start the heartbeat thread once acquired (tests
+      call `beat` themselves).
+  """
+
+  def __init__(self, model_dir: str, *,
+               clock: Callable[[], float] = time.time,
+               sleep: Callable[[float], None] = time.sleep,
+               is_alive: Callable[[int], bool] = pid_alive,
+               host: Optional[str] = None, pid: Optional[int] = None,
+               space: Optional[str] = None,
+               heartbeat_seconds: float = HEARTBEAT_SECONDS,
+               stale_seconds: float = STALE_SECONDS,
+               poll_seconds: float = POLL_SECONDS,
+               beat_in_background: bool = True):
+    self.model_dir = model_dir
+    self.path = os.path.join(model_dir, FILENAME)
+    self._clock, self._sleep = clock, sleep
+    self._me = claim.Process(
+        socket.gethostname() if host is None else host,
+        os.getpid() if pid is None else pid,
+        pid_space() if space is None else space)
+    self._judge = claim.Judge(
+        stale_seconds, me=self._me, is_alive=is_alive,
+        own_pid_reason="its pid is this process's: an earlier run of it left "
+        "the lease")
+    self._heartbeat_seconds = heartbeat_seconds
+    self._stale_seconds = stale_seconds
+    self._poll_seconds = poll_seconds
+    self._beat_in_background = beat_in_background
+    self._token = secrets.token_hex(8)
+    self.claims = os.path.join(model_dir, CLAIMS)
+    self._claim = claim.Record(
+        os.path.join(self.claims, self._token + _CLAIM_SUFFIX),
+        lambda beats: self._fields())
+    self._lease = claim.Record(self.path, lambda beats: self._fields())
+    self._started = 0.0
+    self._lost: Optional[str] = None
+    self._released = False
+    self._unfence: Callable[[], None] = lambda: None
+
+  def acquire(self) -> "Lease":
+    """Takes the lease or raises `UsageError` naming its holder; see above."""
+    held = self._live_holder(self._read())
+    if held is not None:
+      raise UsageError(self._in_use_message(held))
+    self._started = self._clock()
+    tf.io.gfile.makedirs(self.claims)
+    self._claim.write()
+    try:
+      self._contend()
+      self._lease.write()
+    except BaseException:
+      self._withdraw()
+      raise
+    if self._beat_in_background:
+      self._lease.start_heartbeat(
+          self._heartbeat_seconds, ours=self._holds, name="tfm_ext_lease",
+          failed="Trainer lease heartbeat failed")
+    self._unfence = _files.fence(self.model_dir, self.assert_held,
+                                 exempt=self.path)
+    return self
+
+  def _contend(self) -> None:
+    """Returns once this trainer's claim wins; raises `UsageError` if not."""
+    waited = False
+    while True:
+      held, live, gone = self._look()
+      if held is not None:
+        raise UsageError(self._in_use_message(held))  # One took it.
+      if not live:
+        for other in gone:
+          logging.warning("Deleting the claim %s of a trainer that is gone "
+                          "(%s).", other["path"], self._describe(other))
+          claim.remove(other["path"])
+        return
+      first = min(live, key=lambda c: c["token"])
+      if first["token"] < self._token:
+        self._withdraw()
+        raise UsageError(self._in_use_message(self._winner(first)))
+      if not waited:
+        logging.info("Another trainer is taking %s at once (%s): waiting "
+                     "for it to withdraw.", self.model_dir,
+                     self._describe(live[0]))
+        waited = True
+      self._sleep(self._poll_seconds)
+
+  def _look(self) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]],
+                           List[Dict[str, Any]]]:
+    """The lease if its holder is live, and the other claims: live, gone."""
+    held = self._read()
+    claims = self._other_claims()
+    # A holder's claim is judged by its lease, which holds its heartbeat.
+    gone = [c for c in claims if self._gone_because(
+        held if held is not None and held["token"] == c["token"] else c)]
+    live = [c for c in claims if c not in gone]
+    if held is not None and self._gone_because(held):
+      held = None
+    return held, live, gone
+
+  def _winner(self, first: Dict[str, Any]) -> Dict[str, Any]:
+    """Who takes the lease now that this trainer withdrew, for its message.
+
+    `first`, the claim with the smallest token, takes it unless a third
+    trainer had already taken it: the lease says so within a few polls.
+    """
+    for _ in range(int(_WINNER_SECONDS / self._poll_seconds)):
+      self._sleep(self._poll_seconds)
+      held, live, _ = self._look()
+      if held is not None:
+        return held
+      if not live:
+        break
+      first = min(live, key=lambda c: c["token"])
+    return first
+
+  def _other_claims(self) -> List[Dict[str, Any]]:
+    """The claims in `claims` but this trainer's, each with its `path`."""
+    try:
+      names = tf.io.gfile.listdir(self.claims)
+    except tf.errors.NotFoundError:
+      return []
+    claims = []
+    for name in sorted(names):
+      # A local temp file (`<claim>.tmp<hex>`) is a claim not yet written.
+      if not name.endswith(_CLAIM_SUFFIX):
+        continue
+      path = os.path.join(self.claims, name)
+      if path == self._claim.path:
+        continue
+      other = self._read(path)
+      if other is not None:
+        claims.append(dict(other, token=name[:-len(_CLAIM_SUFFIX)],
+                           path=path))
+    return claims
+
+  def _withdraw(self) -> None:
+    """Deletes this trainer's claim, if it can (a gone claim is ignored)."""
+    try:
+      self._claim.remove()
+    except tf.errors.OpError as e:
+      logging.warning("Could not delete %s (%s); it is ignored once this "
+                      "process is gone.", self._claim.path, e)
+
+  def beat(self) -> None:
+    """Rewrites the heartbeat, unless the lease is no longer this trainer's."""
+    self._lease.renew(ours=self._holds)
+
+  def _holds(self) -> bool:
+    """Whether this trainer has not lost the lease, reading it back."""
+    return self._lost is None and self._still_held()
+
+  def assert_held(self) -> None:
+    """Raises `LeaseLost` unless the lease in `model_dir` is still ours.
+
+    Reads the lease back: called before every write the holder makes.
+    Once `release`d it checks nothing: what the process does after its run
+    (TFM's post-run evaluation) is no longer the trainer's.
+    """
+    if self._released:
+      return
+    if self._lost is None:
+      self._still_held()
+    if self._lost is not None:
+      raise LeaseLost(self._lost)
+
+  def check(self, output=None) -> None:
+    """An Orbit action: `assert_held`, after each loop, before its save."""
+    del output
+    self.assert_held()
+
+  def _still_held(self) -> bool:
+    """Whether the lease read back is ours; records why it is lost if not."""
+    held = self._read()
+    if self._ours(held):
+      return True
+    taken = (f"Another trainer took over {self.model_dir} ({self.path}: "
+             f"{self._describe(held)})" if held is not None else
+             f"{self.path} was deleted under this trainer (by a user, or by "
+             "another trainer that took it over and finished)")
+    self._lost = (
+        f"{taken}, judging this one gone: this trainer's heartbeat went "
+        "stale (a suspended process? clocks that disagree between hosts?). "
+        "This trainer stops without saving, so that one trainer writes the "
+        "model_dir.")
+    logging.error("%s", self._lost)
+    return False
+
+  def release(self) -> None:
+    """Stops the heartbeat and deletes the lease, if it is still ours.
+
+    The claim goes first: while the lease still names this live process, a
+    trainer starting meanwhile refuses instead of finding its claim.
+    """
+    self._released = True
+    self._lease.stop_heartbeat()
+    self._unfence()
+    try:
+      self._claim.remove()
+      if self._ours(self._read()):
+        tf.io.gfile.remove(self.path)
+    except tf.errors.OpError as e:
+      logging.warning("Could not delete %s (%s); the next trainer takes it "
+                      "over once this process is gone.", self.path, e)
+
+  def _live_holder(self, held: Optional[Dict[str, Any]]
+                   ) -> Optional[Dict[str, Any]]:
+    """The lease of a live holder, after watching `held`; None if gone."""
+    while held is not None:
+      gone = self._gone_because(held)
+      if gone:
+        logging.warning("Taking over %s: %s (%s).", self.path, gone,
+                        self._describe(held))
+        return None
+      age = self._clock() - held["heartbeat"]
+      if age <= _MISSED_BEATS * self._heartbeat_seconds:
+        return held
+      logging.warning("%s: last heartbeat %.0fs ago; waiting until it beats "
+                      "again or is %.0fs old.", self._describe(held), age,
+                      self._stale_seconds)
+      self._sleep(self._heartbeat_seconds)
+      now = self._read()
+      if now is not None and (now["token"], now["heartbeat"]) != (
+          held["token"], held["heartbeat"]):
+        return now  # It beat again, or another trainer just took it.
+      held = now
+    return None
+
+  def _gone_because(self, held: Dict[str, Any]) -> str:
+    """Why the holder of `held` is gone, or "" when it may be alive."""
+    return self._judge.gone_because(held, self._clock() - held["heartbeat"])
+
+  def _in_use_message(self, held: Dict[str, Any]) -> str:
+    return (
+        f"{self.model_dir} is in use by another trainer "
+        f"({self._describe(held)}); one trainer per model_dir. Wait for it "
+        "to finish, stop it, or train in another model_dir. If that job is "
+        f"gone, delete {self.path}, or relaunch once its heartbeat is "
+        f"{self._stale_seconds:.0f}s old.")
+
+  def _describe(self, held: Dict[str, Any]) -> str:
+    return (f"host {held['host']}, pid {held['pid']}, started "
+            f"{_utc(held['started'])}, last heartbeat "
+            f"{self._clock() - held['heartbeat']:.0f}s ago")
+
+  def _ours(self, held: Optional[Dict[str, Any]]) -> bool:
+    return held is not None and held["token"] == self._token
+
+  def _fields(self) -> Dict[str, Any]:
+    """This trainer's lease (or claim), its heartbeat now."""
+    return {**self._me.fields(), "token": self._token, "started": self._started,
+            "heartbeat": self._clock()}
+
+  def _read(self, path: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The lease (or a claim at `path`); None if none or it is not one."""
+    try:
+      return claim.read(path or self.path, _FIELDS)
+    except _files.Damaged as e:
+      logging.warning("%s: read as no lease.", e)
+      return None
+
+
+def acquire(model_dir: str, **kwargs) -> Lease:
+  """Takes `model_dir`'s trainer lease (`Lease(model_dir, **kwargs)`)."""
+  return Lease(model_dir, **kwargs).acquire()

@@ -1,0 +1,363 @@
+"""Builds every part of a run, in order, before any of them runs.
+
+    task -> trainer -> checkpoint manager -> summary managers -> actions
+         -> Orbit controller (which restores the latest checkpoint)
+
+Each part is built from the ones before it, so nothing is bound late: the
+actions get the checkpoint manager itself, and the controller gets them all.
+`assemble` writes nothing into `model_dir` but the trainer lease
+(`tfm_ext.model_dir.lease`) and a repaired checkpoint state file
+(`tfm_ext.model_dir.checkpoint_state`); `tfm_ext.run.driver.run` does, once the parts
+exist.
+"""
+
+import dataclasses
+import inspect
+import os
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import logging
+import orbit
+import tensorflow as tf
+
+from official.core import base_task
+from official.core import base_trainer
+from official.core import task_factory
+from official.core import train_utils
+from official.modeling import performance
+
+from tfm_ext import actions
+from tfm_ext.actions import best_checkpoint
+from tfm_ext.actions import console
+from tfm_ext.actions import curves
+from tfm_ext.actions import notify
+from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.model_dir import checkpointing
+from tfm_ext.model_dir import lease
+from tfm_ext.run import failures
+from tfm_ext.run import preemption
+from tfm_ext.run import strategies
+from tfm_ext.training import determinism
+from tfm_ext.training import eval_count
+from tfm_ext.training import summaries
+
+
+@dataclasses.dataclass
+class Parts:
+  """A run's assembled parts; `controller` runs the mode."""
+  task: base_task.Task
+  trainer: base_trainer.Trainer
+  checkpoint_manager: Optional[tf.train.CheckpointManager]
+  controller: orbit.Controller
+  progress: console.TrainProgress
+  eval_progress: console.EvalProgress
+  # Where this process writes: model_dir for the chief, else a temp dir.
+  write_dir: str
+  chief: bool
+  deterministic: bool
+  # The global step once the controller restored (0 for a fresh run).
+  restored_step: int
+  # A training mode whose checkpoint is at or past `train_steps`: nothing
+  # is left to train (a relaunched finished run).
+  trained: bool = False
+  # Held by a training run's chief; `driver.run_parts` releases it.
+  trainer_lease: Optional[lease.Lease] = None
+  # `<phase>/<action>` -> how often it raised (`actions.Guard`).
+  action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class FirstStepThenEvery:
+  """`steps_per_loop` for Orbit: one step first, then back on the grid.
+
+  The first loop of a process runs a single step, so the console shows
+  progress (and the summary records time to first step) as soon as the step
+  function is traced; each later loop ends on a multiple of `steps_per_loop`,
+  so checkpoint and summary cadence stay those of the config.
+  """
+
+  def __init__(self, steps_per_loop: int):
+    self._steps_per_loop = steps_per_loop
+    self._first = True
+
+  def __call__(self, global_step: int) -> int:
+    if self._first:
+      self._first = False
+      return 1
+    return self._steps_per_loop - global_step % self._steps_per_loop
+
+
+@dataclasses.dataclass(frozen=True)
+class Supplied:
+  """Parts the caller built itself, as TFM's `run_experiment` takes them.
+
+  `task` and `trainer`, when given, are used instead of being built (the
+  trainer must have been built with the task, under the strategy's scope);
+  the actions run after the driver's own; `controller_cls` replaces
+  `orbit.Controller`; the summary managers replace ours, and without
+  `save_summary` no summaries are written. `post_eval` builds the evaluator
+  for an evaluation after a training-only mode. A `notifier`
+  (`tfm_ext.actions.notify`) is told of each loop and evaluation.
+  """
+  task: Optional[base_task.Task] = None
+  trainer: Optional[base_trainer.Trainer] = None
+  train_actions: Sequence[actions.Action] = ()
+  eval_actions: Sequence[actions.Action] = ()
+  controller_cls: type = orbit.Controller
+  summary_manager: Any = None
+  eval_summary_manager: Any = None
+  save_summary: bool = True
+  post_eval: bool = False
+  notifier: Optional[notify.Notifier] = None
+
+
+def assemble(plan, watcher: preemption.SignalWatcher,
+             supplied: Supplied = Supplied()) -> Parts:
+  """Builds the parts of `plan` (a `tfm_ext.run.driver.Plan`) not `supplied`.
+
+  A training run's chief first takes the trainer lease of `model_dir`
+  (`tfm_ext.model_dir.lease`; `UsageError` while another trainer holds it): building
+  the parts already repairs the best-checkpoint directory. A build that
+  raises releases it; `tfm_ext.run.driver.run_parts` releases it after the run.
+  """
+  held = None
+  if plan.mode.trains and plan.strategy.extended.should_checkpoint:
+    with failures.phase("model_dir", plan.request.model_dir):
+      held = lease.acquire(plan.request.model_dir)
+  try:
+    with failures.phase("build", plan.request.model_dir):
+      return _build(plan, watcher, supplied, held)
+  except BaseException:
+    if held:
+      held.release()
+    raise
+
+
+def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
+           held: Optional[lease.Lease]) -> Parts:
+  request, mode, strategy = plan.request, plan.mode, plan.strategy
+  params, model_dir = request.params, request.model_dir
+  deterministic = determinism.apply(params.runtime)
+  chief = strategy.extended.should_checkpoint
+  # Before anything reads the state file: a missing or damaged one is
+  # rebuilt, an unreadable latest checkpoint skipped, or the run refused.
+  with failures.phase("restore", model_dir):
+    latest = checkpoint_state.repair(model_dir, write=chief)
+  # Every worker takes part in saving (variables may sync on read), but only
+  # the chief writes where a user looks; the others write to a temp dir.
+  write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
+  if params.runtime.mixed_precision_dtype:
+    performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+
+  evaluates = mode.evaluates or supplied.post_eval
+  with strategy.scope(), failures.phase("build"):
+    task = supplied.task or build_task(params, logging_dir=write_dir)
+    trainer = supplied.trainer or train_utils.create_trainer(
+        params, task, train=mode.trains, evaluate=evaluates,
+        checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
+                             if evaluates else None),
+        trainer_cls=plan.trainer_cls)
+  if evaluates:  # An evaluation that read nothing fails, never ranks 0.
+    eval_count.watch(trainer)
+  # What Orbit runs of the trainer is the run's step or evaluate phase.
+  for method, name in (("train", "step"), ("evaluate", "evaluate")):
+    if hasattr(trainer, method):
+      setattr(trainer, method, failures.phased(name, getattr(trainer, method)))
+  logging.info("tf.data: %d private thread(s) for this run's input (0: "
+               "tf.data's own pool)", getattr(trainer, "input_threads", 0))
+
+  with failures.phase("restore", latest or model_dir):
+    restored_elsewhere = _restore_on_every_worker(trainer, latest, strategy)
+  # A finished run relaunched trains nothing: its optimizer slots and input
+  # iterator stay unread, on purpose.
+  finished = bool(mode.trains and latest and _step_of(latest)
+                  >= params.trainer.train_steps)
+  manager = checkpointing.build_manager(
+      trainer, write_dir, params.trainer,
+      evaluates_only=not mode.trains or finished,
+      # A non-chief restored above: its init_fn (pretrained weights, say)
+      # must not overwrite that.
+      init_fn=None if restored_elsewhere and not chief else trainer.initialize,
+      max_to_keep=params.trainer.max_to_keep if chief else 1,
+      enable_async=request.enable_async_checkpointing,
+      before_save=held.assert_held if held else None,
+      # A training job that does not evaluate is what a continuous_eval
+      # joins: it records what no evaluator saw.
+      records_unwatched=chief and mode.trains and not mode.evaluates)
+
+  step = strategies.host_readable(trainer.global_step, strategy)
+  failures.set_run(global_step=lambda: int(step.numpy()))
+  summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
+      "train", params.trainer.validation_summary_subdir)]
+  train_summaries, eval_summaries = (
+      given or (summaries.ScalarSummaryManager(d, tf.summary.scalar,
+                                               global_step=step)
+                if supplied.save_summary else None)
+      for d, given in zip(summary_dirs, (supplied.summary_manager,
+                                         supplied.eval_summary_manager)))
+  progress = console.TrainProgress(
+      global_step=step, total_steps=params.trainer.train_steps,
+      global_batch_size=params.task.train_data.global_batch_size,
+      start_time=request.start_time)
+  eval_progress = console.EvalProgress(global_step=step)
+  context = actions.ActionContext(
+      params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
+      checkpoint_manager=manager, strategy=strategy, chief=chief)
+  # A required action that fails saves first where this process may save:
+  # a training run on one worker (elsewhere a save is a collective).
+  guard = actions.Guard(
+      global_step=lambda: int(step.numpy()),
+      save=(lambda: actions.save_now(manager, trainer.global_step))
+      if mode.trains and not strategies.is_multi_worker(strategy) else None)
+  notified = {phase: [] for phase in actions.PHASES}
+  if supplied.notifier:
+    notes = notify.Progress(supplied.notifier, progress=progress,
+                            global_step=lambda: int(step.numpy()))
+    notified = {phase: [guard(getattr(notes, phase), phase=phase,
+                              name="notify")] for phase in actions.PHASES}
+  train_actions = (_train_actions(context, progress, train_summaries, watcher,
+                                  guard, supplied=supplied.train_actions,
+                                  notified=notified["train"])
+                   if mode.trains else [])
+  eval_actions = _eval_actions(context, eval_progress, eval_summaries,
+                               watcher, guard, trains=mode.trains,
+                               supplied=supplied.eval_actions,
+                               notified=notified["eval"])
+  if held:  # A run that lost the lease stops before it writes more.
+    train_actions, eval_actions = ([held.check] + train_actions,
+                                   [held.check] + eval_actions)
+
+  console.quiet_orbit_controller()
+  # Restores the latest checkpoint, if any.
+  with failures.phase("restore", latest or model_dir):
+    controller = supplied.controller_cls(
+        strategy=strategy,
+        trainer=trainer if mode.trains else None,
+        evaluator=trainer,
+        global_step=step,
+        steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
+        checkpoint_manager=manager,
+        enable_async_checkpointing=request.enable_async_checkpointing,
+        summary_dir=summary_dirs[0] if supplied.save_summary else None,
+        eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
+        summary_interval=params.trainer.summary_interval,
+        summary_manager=train_summaries,
+        eval_summary_manager=eval_summaries,
+        train_actions=train_actions,
+        eval_actions=eval_actions)
+  restored_step = int(step.numpy())
+  checkpointing.count_interval_from(manager, restored_step)
+  return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
+               controller=controller, progress=progress,
+               eval_progress=eval_progress, write_dir=write_dir, chief=chief,
+               deterministic=deterministic, restored_step=restored_step,
+               trained=bool(mode.trains and restored_step
+                            and restored_step >= params.trainer.train_steps),
+               trainer_lease=held, action_failures=guard.failures)
+
+
+def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
+  """The experiment's task, as TFM's `task_factory.get_task` builds it.
+
+  A task whose builder also takes `trainer_config` (TFM's ranking task
+  builds its optimizers from it: `tfm_ext.training.ranking`) is given
+  `params.trainer`.
+  """
+  builder = (params.task.BUILDER
+             or task_factory.get_task_cls(type(params.task)))
+  extra = ({"trainer_config": params.trainer} if "trainer_config"
+           in inspect.signature(builder).parameters else {})
+  return task_factory.get_task(params.task, logging_dir=logging_dir, **extra)
+
+
+def _step_of(checkpoint: str) -> int:
+  try:
+    return checkpoint_state.step_of(checkpoint)
+  except ValueError:  # Not named `<prefix>-<step>`: read it to know.
+    return -1
+
+
+def _restore_on_every_worker(trainer, latest: Optional[str],
+                             strategy: tf.distribute.Strategy) -> bool:
+  """Restores the latest checkpoint on every worker of a multi-worker run.
+
+  Restoring creates optimizer slots, each a collective broadcast, so all
+  workers restore here, in the same order. A non-chief's checkpoint manager
+  is in an empty temp dir: without this it would start from its initial
+  weights. `latest` is `checkpoint_state.repair`'s. Returns whether it
+  restored.
+  """
+  if not (latest and strategies.is_multi_worker(strategy)):
+    return False
+  with strategy.scope():
+    trainer.checkpoint.restore(latest).expect_partial()
+  return True
+
+
+def _train_actions(context: actions.ActionContext, progress, summary_manager,
+                   watcher, guard: actions.Guard, supplied=(),
+                   notified=()) -> List[actions.Action]:
+  """Recovery, TFM's, registered, progress, results, notify, save-and-stop.
+
+  Registered actions come before the progress line, so what they add to a
+  loop's output is printed and, as Orbit writes summaries after the
+  actions, summarized. The save-and-stop action comes after every action
+  that may fail the loop or roll it back, so a preempted run never saves a
+  loop that diverged. All but recovery and save-and-stop are guarded
+  (`actions.Guard`): one that raises is reported and the run goes on.
+  """
+  trainer, strategy = context.trainer, context.strategy
+  config = context.params.trainer
+  recovery = [] if config.recovery_max_trials < 0 else [
+      actions.DivergenceRecovery.from_config(
+          config, loss_name=trainer.train_loss.name,
+          global_step=trainer.global_step,
+          start_step=int(trainer.global_step.numpy()),
+          input_in_checkpoint=getattr(trainer, "checkpoints_input_iterator",
+                                      False),
+          checkpoint_manager=context.checkpoint_manager)]
+  params = context.params
+  if strategies.is_multi_worker(strategy):
+    # TFM builds a preemption handler of its own on a multi-worker strategy
+    # (`preemption_on_demand_checkpoint`). Two in one process watch the
+    # same coordination keys: both save at the agreed step, and one dies
+    # acknowledging it twice (a thread's traceback at every preemption).
+    # `CoordinatedSaveAndStop` is that handler, with the exit.
+    params = params.replace(trainer={"preemption_on_demand_checkpoint": False})
+  tfm = actions.tfm_train_actions(params, trainer, context.model_dir,
+                                  context.checkpoint_manager)
+  if strategies.is_multi_worker(strategy):
+    stop = preemption.CoordinatedSaveAndStop(
+        strategy=strategy, global_step=trainer.global_step,
+        checkpoint_manager=context.checkpoint_manager)
+  else:
+    stop = preemption.SaveAndStopIfPreempted(
+        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+        global_step=trainer.global_step, summary_manager=summary_manager)
+  return (recovery + guard.all("train", (
+      tfm + actions.registered("train", context, guard) + list(supplied)
+      + [progress] + curves.refresh_actions(context, "train")
+      + list(notified))) + [stop])
+
+
+def _eval_actions(context: actions.ActionContext, progress, summary_manager,
+                  watcher, guard: actions.Guard, trains: bool, supplied=(),
+                  notified=()) -> List[actions.Action]:
+  """TFM's, registered, progress, results, notify, save-and-stop if training.
+
+  As for training, registered actions come before the progress line, and
+  all but save-and-stop are guarded. An evaluator never writes
+  checkpoints: only training modes save.
+  """
+  tfm = actions.tfm_eval_actions(context.params, context.trainer,
+                                 context.model_dir)
+  stop = []
+  if trains and not strategies.is_multi_worker(context.strategy):
+    stop = [preemption.SaveAndStopIfPreempted(
+        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+        global_step=context.trainer.global_step,
+        summary_manager=summary_manager)]
+  return guard.all("eval", (
+      tfm + actions.registered("eval", context, guard) + list(supplied)
+      + [progress] + curves.refresh_actions(context, "eval")
+      + list(notified))) + stop

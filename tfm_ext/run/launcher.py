@@ -1,0 +1,277 @@
+"""The training driver: every flag of TFM's `train.py`, and a few of ours.
+
+Installed, it is `tfm-ext-train` and `python -m tfm_ext`; `--registry=MODULE`
+(repeatable) imports a downstream repository's registrations. A downstream
+repository may instead fork it in three lines, and gets the same quiet, fast
+start (`tfm_ext.run._startup`) by importing this module first:
+
+    from absl import app
+    import tfm_ext.run.launcher
+    import my_project.registry_imports  # registers experiments, trainers...
+    app.run(tfm_ext.run.launcher.main)
+
+The embedded default experiment, `digits_convnet`, is always registered.
+
+Exit codes (`tfm_ext.run.failures`, the one boundary every failure goes
+through): 0 done; 2 bad input (unknown names, malformed YAML, unknown
+override keys, bad gin, unsplittable batches, empty input patterns, `eval`
+without a checkpoint, an unusable `--model_dir`), printed as one paragraph
+before `model_dir` is touched, or a checkpoint that does not fit the model;
+3 the run failed on its data (corrupt records, a NaN loss), the last
+checkpoint intact; 4 its storage failed while running (a full disk, a lost
+permission), nothing lost; 42 preempted (SIGTERM, SIGINT or SIGHUP, at any
+moment): a checkpoint was saved at the current step, or there was nothing
+to save yet (start-up, an evaluator), as the one `preempted:` line says, or
+a second signal aborted it; relaunch the same command to resume; 1 a bug,
+with its traceback.
+"""
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from tfm_ext.run import _startup
+
+_startup.begin()
+
+import importlib
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from official.common import flags as tfm_flags
+from official.core import exp_factory
+from official.core import task_factory
+
+from tfm_ext import actions
+from tfm_ext.actions import console
+from tfm_ext.config import model_dir_check
+from tfm_ext.config import params as params_lib
+from tfm_ext.config import params_file
+from tfm_ext.errors import UsageError
+from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
+from tfm_ext.model_dir import run_summary
+from tfm_ext.run import _startup_signals
+from tfm_ext.run import driver
+from tfm_ext.run import failures
+from tfm_ext.run import job
+from tfm_ext.run import modes
+from tfm_ext.training import models
+from tfm_ext.training import trainers
+
+_startup.end()
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+# TFM's train.py flags, defined by TFM: its names, types, defaults and help.
+tfm_flags.define_flags()
+FLAGS = flags.FLAGS
+# TFM's --mode is an enum that takes two modes train_lib cannot run and turns
+# any other name into absl's "FATAL Flags parsing error" (exit 1). Ours takes
+# any name; `modes.get_mode` refuses unknown ones, with the list (exit 2).
+delattr(FLAGS, "mode")
+flags.DEFINE_string("mode", None, f"Mode to run: {', '.join(modes.MODES)}.")
+# TFM's train.py defines this one itself. It defaults to true there; here it
+# is off, so a run keeps the synchronous saves that the preemption and
+# kill -9 tests cover unless the user asks for it.
+flags.DEFINE_bool(
+    "enable_async_checkpointing", False,
+    "Save checkpoints in a background thread, as TFM's train.py does by "
+    "default; training waits for a save only at the end of Orbit's "
+    "train() and before the next save.")
+
+flags.DEFINE_string("trainer", None,
+                    "Registered trainer; beats the config and gin.")
+flags.DEFINE_integer(
+    "max_restarts", 3,
+    "In-process restarts after transient errors (UnavailableError, "
+    "AbortedError) before the job fails.")
+flags.DEFINE_float("restart_backoff_seconds", 2.0,
+                   "Wait before the n-th restart: this times 2**(n-1).")
+flags.DEFINE_string(
+    "checkpoint_path", None,
+    "For --mode=export, the checkpoint to export, as TFM's export scripts "
+    "take it: a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory (its "
+    "latest) or a step (300). Default: the best (of equal values, the "
+    "older), else the latest.")
+flags.DEFINE_bool(
+    "allow_config_change", False,
+    "Resume a model_dir even though the config differs from its params.yaml "
+    "in more than cadence fields (train_steps, intervals...).")
+flags.DEFINE_bool("list", False,
+                  "List registered experiments, tasks, trainers, models and "
+                  "actions, each with a line on what it is.")
+flags.DEFINE_bool(
+    "print_config", False,
+    "Print the operative config of --experiment as YAML, every file, "
+    "override and flag applied, and write nothing.")
+flags.DEFINE_string(
+    "notify_url", None,
+    "POST the run's progress as JSON to this URL after each training loop "
+    "and evaluation, and when it ends (tfm_ext.actions.notify); beats "
+    "runtime.notify_url and, unlike it, is not saved in params.yaml.")
+flags.DEFINE_multi_string(
+    "registry", None,
+    "A module to import for its registrations (experiments, tasks, trainers, "
+    "models, actions), e.g. my_project.registry_imports; repeatable.")
+
+# `--help` lists the key flags of the main module, and the launcher script
+# (ours or a fork's three lines) defines none: the flags above are its.
+for _flag in (FLAGS.get_flags_for_module(__name__)
+              + FLAGS.get_flags_for_module(tfm_flags.__name__)):
+  FLAGS.register_key_flag_for_module(sys.argv[0], _flag)
+
+
+
+class _AnsweredHelp:
+  """A help flag that exits 0: absl's print the help and exit 1."""
+
+  def parse(self, arg):
+    try:
+      super().parse(arg)  # pytype: disable=attribute-error
+    except SystemExit as e:
+      raise SystemExit(0 if e.code == 1 else e.code) from None
+
+
+app.define_help_flags()
+for _name in ("help", "helpshort", "helpfull", "helpxml"):
+  _absl_help = type(FLAGS[_name])
+  for _key in {_name, FLAGS[_name].short_name} - {None}:
+    delattr(FLAGS, _key)
+  flags.DEFINE_flag(type(_absl_help.__name__, (_AnsweredHelp, _absl_help),
+                         {})(), module_name=app.__name__)
+
+# TFM's flags that its open-source train.py defines and never reads.
+UNREAD_TFM_FLAGS = ("tpu_platform", "tfhub_handle", "tflex_output_uri")
+
+
+def _first_line(obj) -> str:
+  doc = (getattr(obj, "__doc__", None) or "").strip()
+  return doc.splitlines()[0] if doc else ""
+
+
+def registered() -> str:
+  """What is registered (experiments, tasks, trainers, models, actions)."""
+  # pylint: disable=protected-access
+  experiments = exp_factory._REGISTERED_CONFIGS
+  tasks = {cls.__name__: cls
+           for cls in task_factory._REGISTERED_TASK_CLS.values()}
+  # pylint: enable=protected-access
+  sections = [("experiments", {n: experiments[n]
+                               for n in params_lib.experiment_names()}),
+              ("tasks", tasks),
+              # Without loading a lazily registered one (its dependency).
+              ("trainers", trainers.TRAINERS.entries()),
+              ("models", {n: models.MODELS.get(n)
+                          for n in models.MODELS.names()}),
+              ("actions", {f"{n} ({phase})": actions.ACTIONS[phase].get(n)
+                           for phase in actions.PHASES
+                           for n in actions.ACTIONS[phase].names()})]
+  lines = []
+  for title, entries in sections:
+    width = max(map(len, entries), default=0)
+    lines.append(f"{title}:")
+    lines += [f"  {name:<{width}}  {_first_line(obj)}".rstrip()
+              for name, obj in sorted(entries.items())] or ["  (none)"]
+  return "\n".join(lines) + "\n"
+
+
+def import_registries(modules) -> None:
+  """Imports each `--registry` module; one that fails is a `UsageError`."""
+  for module in modules or ():
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise UsageError(f"--registry={module} cannot be imported: {e}."
+                       f"{_where_python_looked(module, e)}") from e
+
+
+def _where_python_looked(module: str, error: ImportError) -> str:
+  """What to do when `module` (or its package) is not on `sys.path`."""
+  top = module.split(".")[0]
+  if not isinstance(error, ModuleNotFoundError) or error.name not in (
+      module, top) and not module.startswith(f"{error.name}."):
+    return f" ({module} was found; one of its own imports failed.)"
+  cwd = os.getcwd()
+  on_path = cwd in map(os.path.abspath, filter(None, sys.path)) or (
+      "" in sys.path)
+  return (f" Python looked for {top!r} in the current directory ({cwd}, "
+          f"{'on' if on_path else 'NOT on'} its path) and in the installed "
+          "packages. Run from the directory that holds "
+          f"{top}/ (`tfm-ext-train` and `python -m tfm_ext` add it), add that "
+          f"directory with PYTHONPATH=DIR, or `pip install -e` the project.")
+
+
+def main(argv) -> None:
+  """Runs the experiment the flags describe; see the module docstring."""
+  del argv
+  # A fork's script exits 42 on a signal from here on; ours from its first
+  # line (tfm_ext/run/_startup_signals.py).
+  _startup_signals.install()
+  console.hold_log()
+  failures.reset()
+  with failures.boundary():
+    params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
+    import_registries(FLAGS.registry)
+    if FLAGS.list:
+      print(registered(), end="")
+      return
+    if FLAGS.print_config:
+      if not FLAGS.experiment:
+        raise UsageError("--print_config needs --experiment.")
+      params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
+      print(params_file.dump(params_lib.build(_sources()).as_dict()), end="")
+      return
+    plan = driver.prepare(_request())
+  summary = job.run(plan, driver.Recovery(
+      max_restarts=FLAGS.max_restarts,
+      backoff_seconds=FLAGS.restart_backoff_seconds))
+  path = os.path.join(plan.request.model_dir,
+                      run_summary.summary_filename(plan.mode.trains,
+                                                   plan.mode.evaluates))
+  best = summary.best
+  best = (f" | best {best['metric']} {best['value']:.4g} @ step "
+          f"{best['global_step']}: {best['path']}" if best else "")
+  written = f" | summary {path}" if summary.chief else ""
+  print(f"done | {summary.mode} | step {summary.global_step} | "
+        f"{summary.wall_seconds:.1f}s{best}{written}")
+
+
+def _request() -> driver.RunRequest:
+  missing = [name for name in ("experiment", "mode", "model_dir")
+             if not FLAGS[name].value]
+  if missing:
+    raise UsageError("Missing required flags: " + ", ".join(
+        f"--{m}" for m in missing) + ". (--list shows what is registered.)")
+  mode = modes.get_mode(FLAGS.mode)
+  model_dir = os.path.expanduser(FLAGS.model_dir)
+  # Before anything reads or writes it (an evaluator reads params.yaml).
+  with failures.phase("model_dir", model_dir):
+    model_dir_check.check(model_dir)
+  for name in UNREAD_TFM_FLAGS:
+    if FLAGS[name].value:
+      logging.warning("--%s=%s has no effect: TFM's train.py does not read "
+                      "it either.", name, FLAGS[name].value)
+  params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
+  sources = _sources()
+  params = params_lib.build(sources)
+  if not mode.trains:
+    params = params_lib.follow_trainer(sources, params, model_dir,
+                                       wait=mode.waits_for_trainer)
+  return driver.RunRequest(
+      experiment=FLAGS.experiment, mode=FLAGS.mode,
+      model_dir=model_dir, params=params,
+      start_time=run_summary.process_start_time(),
+      allow_config_change=FLAGS.allow_config_change,
+      enable_async_checkpointing=FLAGS.enable_async_checkpointing,
+      notify_url=FLAGS.notify_url or "",
+      checkpoint_path=FLAGS.checkpoint_path or "")
+
+
+def _sources() -> params_lib.ConfigSources:
+  return params_lib.ConfigSources(
+      experiment=FLAGS.experiment,
+      config_files=FLAGS.config_file or (),
+      params_override=FLAGS.params_override or "",
+      tpu=FLAGS.tpu or "",
+      tf_data_service=FLAGS.tf_data_service or "",
+      trainer=FLAGS.trainer or "")

@@ -1,0 +1,69 @@
+"""The trainer registry: trainers are chosen by name from the experiment.
+
+A trainer is a class with the constructor of
+`official.core.base_trainer.Trainer`. TFM's own `Trainer` is registered as
+`"tfm_base"`; `tfm_ext.CustomTrainer` as `"custom"`.
+"""
+
+import dataclasses
+
+from official.core import base_trainer
+from official.core import config_definitions
+
+from tfm_ext.training import registry
+
+TRAINERS = registry.Registry("trainer")
+DEFAULT_TRAINER = "custom"
+
+
+@dataclasses.dataclass
+class TrainerConfig(config_definitions.TrainerConfig):
+  """TFM's `TrainerConfig` plus the fields tfm_ext adds.
+
+  Attributes:
+    name: the registered trainer to run.
+    best_checkpoint_top_k: how many best checkpoints the exporter keeps.
+    checkpoint_input_iterator: whether checkpoints hold the training input
+      iterator's position, so a resumed run sees exactly the data an
+      uninterrupted one would (`CustomTrainer`; costs the size of the
+      iterator's buffers in each checkpoint).
+
+  Experiments whose config lacks these fields (TFM's own) get them, with
+  these defaults, when the launcher builds their params.
+  """
+  name: str = DEFAULT_TRAINER
+  best_checkpoint_top_k: int = 1
+  checkpoint_input_iterator: bool = True
+
+
+def added_fields():
+  """The fields `TrainerConfig` adds to TFM's, with their defaults."""
+  base = {f.name for f in dataclasses.fields(config_definitions.TrainerConfig)}
+  return {f.name: f.default for f in dataclasses.fields(TrainerConfig)
+          if f.name not in base}
+
+
+def register_trainer(name: str):
+  """Class decorator: registers a `base_trainer.Trainer` subclass as `name`."""
+  register = TRAINERS.register(name)
+
+  def decorator(cls):
+    if not (isinstance(cls, type) and issubclass(cls, base_trainer.Trainer)):
+      raise registry.RegistryError(
+          f"register_trainer({name!r}) needs a subclass of "
+          f"official.core.base_trainer.Trainer, got {cls!r}.")
+    return register(cls)
+
+  return decorator
+
+
+def get_trainer(name: str):
+  """Returns the trainer class registered as `name`."""
+  return TRAINERS.get(name)
+
+
+register_trainer("tfm_base")(base_trainer.Trainer)
+# The library's own trainer registers itself as "custom" (DEFAULT_TRAINER)
+# when its module loads; loading it here, after everything it needs from
+# this module, makes every lookup see it.
+from tfm_ext.training import custom_trainer  # pylint: disable=g-import-not-at-top,unused-import,wrong-import-position
