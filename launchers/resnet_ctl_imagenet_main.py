@@ -46,7 +46,6 @@ from tfm_ext.config import params as params_lib
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import run_summary
 from tfm_ext.run import driver
-from tfm_ext.run import job
 
 _startup.end()
 
@@ -80,14 +79,14 @@ def main(argv) -> None:
   if FLAGS.clean and tf.io.gfile.exists(translation.model_dir):
     logging.warning("--clean: removing %s", translation.model_dir)
     tf.io.gfile.rmtree(translation.model_dir)
-  summary = job.run(plan)
+  summary = driver.run(plan)
   stats = reference_runner.build_stats(summary, FLAGS.skip_eval)
   logging.info("Run stats:\n%s", stats)
   print(f"Run stats: {stats}", flush=True)
 
 
 def _fail(message: str) -> None:
-  job.exit_with(message, UsageError.EXIT_CODE)
+  driver.exit_with(message, UsageError.EXIT_CODE)
 
 
 if __name__ == "__main__":

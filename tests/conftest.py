@@ -376,7 +376,7 @@ def run_in_process(data_dir):
     plan = driver.prepare(driver.RunRequest(
         experiment=experiment, mode=mode, model_dir=str(model_dir),
         params=params))
-    return driver.run(plan), params
+    return driver.execute(plan), params
 
   return run
 

@@ -15,6 +15,14 @@ class UsageError(Exception):
   EXIT_CODE = 2
 
 
+def no_checkpoint(model_dir: str, timeout: float) -> UsageError:
+  """What an evaluator that waited `timeout` seconds for a trainer says."""
+  return UsageError(
+      f"No checkpoint appeared in {model_dir!r} within "
+      f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
+      "running and writing to the same --model_dir?")
+
+
 class RunFailed(RuntimeError):
   """The run cannot go on: corrupt input data, a non-finite loss.
 

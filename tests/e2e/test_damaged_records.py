@@ -50,7 +50,7 @@ def _train(folder):
   model_dir = os.path.join(folder, "m")
   params = params_lib.build(params_lib.ConfigSources(
       experiment=EXP, params_override=TRAIN))
-  summary = driver.run(driver.prepare(driver.RunRequest(
+  summary = driver.execute(driver.prepare(driver.RunRequest(
       experiment=EXP, mode="train_and_eval", model_dir=model_dir,
       params=params)))
   assert summary.status == "completed", summary.message
@@ -194,12 +194,12 @@ def test_a_damaged_event_record_is_skipped_with_one_warning(
 
 
 def test_a_damaged_training_complete_marker_reads_as_absent(model_dir):
-  _, continuous_eval, _, _, _ = _modules()
-  assert continuous_eval.training_complete_step(model_dir) == 6
-  _write(os.path.join(model_dir, continuous_eval.COMPLETE_MARKER), BINARY)
+  _, _, _, _, run_summary = _modules()
+  assert run_summary.training_complete_step(model_dir) == 6
+  _write(os.path.join(model_dir, run_summary.COMPLETE_MARKER), BINARY)
   before = snapshot(model_dir)
   # An evaluator then stops at train_steps; the next training rewrites it.
-  assert continuous_eval.training_complete_step(model_dir) is None
+  assert run_summary.training_complete_step(model_dir) is None
   assert snapshot(model_dir) == before
 
 
@@ -212,13 +212,13 @@ def test_a_resume_rebuilds_or_skips_every_other_damaged_record(
   params = params_lib.build(params_lib.ConfigSources(
       experiment=EXP, params_override=TRAIN.replace("=6", "=8")))
   with caplog.at_level(std_logging.WARNING):
-    summary = driver.run(driver.prepare(driver.RunRequest(
+    summary = driver.execute(driver.prepare(driver.RunRequest(
         experiment=EXP, mode="train_and_eval", model_dir=model_dir,
         params=params)))
   assert summary.status == "completed", summary.message
   assert (summary.resumed_from_step, summary.global_step) == (6, 8)
   assert summary.resumes == 1  # The damaged start is not counted.
-  assert continuous_eval.training_complete_step(model_dir) == 8
+  assert run_summary.training_complete_step(model_dir) == 8
   assert len(run_summary.training_starts(model_dir)) == 2
   warnings = [r.getMessage() for r in caplog.records
               if r.levelno >= std_logging.WARNING]

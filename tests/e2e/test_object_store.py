@@ -1,7 +1,7 @@
 """A model_dir in an object store: every record through `tf.io.gfile`.
 
 TensorFlow's in-memory `ram://` file system stands in for `gs://`; it lives
-in this process only, so the jobs run in-process, through `job.run` (run
+in this process only, so the jobs run in-process, through `driver.run` (run
 summary, log file and all), and their model_dir is checked here.
 """
 
@@ -25,9 +25,9 @@ from tfm_ext.run import continuous_eval
 
 @pytest.fixture
 def launcher_logging():
-  """absl as `app.run` sets it up for `job.run`; put back afterwards.
+  """absl as `app.run` sets it up for `driver.run`; put back afterwards.
 
-  `job.run` reads absl's flags and `console.log_to_files` points absl's
+  `driver.run` reads absl's flags and `console.log_to_files` points absl's
   handler at a file: the tests after these must find neither changed.
   """
   flags = absl_flags.FLAGS
@@ -63,10 +63,10 @@ def launcher_logging():
 
 @pytest.fixture
 def run_job(data_dir, launcher_logging):
-  """Runs a mode of digits_convnet through `job.run` in this process."""
+  """Runs a mode of digits_convnet through `driver.run` in this process."""
   del data_dir, launcher_logging  # Used for their effects.
   import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
-  from tfm_ext.run import driver, job  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import driver  # pylint: disable=g-import-not-at-top
   from tfm_ext.config import params as params_lib  # pylint: disable=g-import-not-at-top
 
   def run(mode, model_dir, override=SMOKE):
@@ -75,7 +75,7 @@ def run_job(data_dir, launcher_logging):
     plan = driver.prepare(driver.RunRequest(
         experiment="digits_convnet", mode=mode, model_dir=model_dir,
         params=params))
-    return job.run(plan)
+    return driver.run(plan)
 
   return run
 
@@ -101,7 +101,7 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert (first.global_step, resumed.global_step) == (40, 60)
   assert (resumed.resumed_from_step, resumed.resumes) == (40, 1)
   assert len(tf.io.gfile.glob(f"{model_dir}/training_starts/*.json")) == 2
-  assert continuous_eval.training_complete_step(model_dir) == 60
+  assert run_summary.training_complete_step(model_dir) == 60
   assert tf.train.latest_checkpoint(model_dir) == f"{model_dir}/ckpt-60"
   for path in ("params.yaml", "operative_config.train_and_eval.gin",
                "train", "validation"):

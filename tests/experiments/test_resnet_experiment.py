@@ -40,7 +40,7 @@ def _train(imagenet_dir, folder):
   params = params_lib.build(params_lib.ConfigSources(
       experiment="resnet50_imagenet_ctl",
       params_override=yaml.safe_dump(override)))
-  summary = driver.run(driver.prepare(driver.RunRequest(
+  summary = driver.execute(driver.prepare(driver.RunRequest(
       experiment="resnet50_imagenet_ctl", mode="train_and_eval",
       model_dir=model_dir, params=params)))
   summary.write(folder, "summary.json")

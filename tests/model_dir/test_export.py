@@ -57,7 +57,7 @@ def _run(mode, model_dir, train_steps, trainer=""):
   params = params_lib.build(params_lib.ConfigSources(
       experiment="digits_convnet", trainer=trainer,
       params_override=f"trainer.train_steps={train_steps},{CADENCE}"))
-  return driver.run(driver.prepare(driver.RunRequest(
+  return driver.execute(driver.prepare(driver.RunRequest(
       experiment="digits_convnet", mode=mode, model_dir=str(model_dir),
       params=params))), params
 

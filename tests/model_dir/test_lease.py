@@ -461,7 +461,7 @@ def _files_under(model_dir):
 
 def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
     run_in_process):
-  from tfm_ext.run import assembly, driver, preemption  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import driver, preemption  # pylint: disable=g-import-not-at-top
   from tfm_ext.config import params as params_lib  # pylint: disable=g-import-not-at-top
   del run_in_process  # Registers the experiments.
   model_dir = f"ram://lease_{uuid.uuid4().hex}/m"
@@ -479,9 +479,9 @@ def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
 
   watcher = preemption.SignalWatcher(signals=())
   trains = plan("train_and_eval")
-  parts = assembly.assemble(trains, watcher)
-  assert _files.read_json(path)["pid"] == os.getpid()  # Before any record.
-  assert driver.run_parts(trains, parts, watcher).status == "completed"
+  with driver.assembled(trains, watcher) as parts:
+    assert _files.read_json(path)["pid"] == os.getpid()  # Before any record.
+    assert driver.drive(trains, parts, watcher).status == "completed"
   assert not tf.io.gfile.exists(path)
 
   # Another trainer, alive on another host, holds it now.
@@ -490,9 +490,9 @@ def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
   before = _files_under(model_dir)
   with pytest.raises(UsageError, match="in use by another trainer .*host "
                      "tpu-vm-7, pid 4242"):
-    driver.run(plan("train"))
+    driver.execute(plan("train"))
   assert _files_under(model_dir) == before  # Refused before any write.
-  assert driver.run(plan("eval")).status == "completed"
+  assert driver.execute(plan("eval")).status == "completed"
   assert _files.read_json(path)["token"] == "t"
 
 

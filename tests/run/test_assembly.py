@@ -47,7 +47,7 @@ def test_a_nonfinite_loop_fails_before_a_pending_preemption_saves_it(
 
   plan = dataclasses.replace(
       plan, mode=dataclasses.replace(plan.mode, run=signal_then_train))
-  summary = driver.run(plan, watcher=watcher)
+  summary = driver.execute(plan, watcher=watcher)
   # The loop's NaN fails the run; no checkpoint holds the NaN weights.
   assert summary.status == "failed", summary.message
   assert "not finite (NaN or inf) at step 1." in summary.message

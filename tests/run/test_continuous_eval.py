@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import eval_claims
+from tfm_ext.model_dir import run_summary
 from tfm_ext.run import continuous_eval
 
 
@@ -109,8 +110,8 @@ def test_a_training_run_clears_a_stale_training_complete_marker(
   """
   model_dir = tmp_path / "m"
   model_dir.mkdir()
-  continuous_eval.mark_training_complete(str(model_dir), 20)
-  assert continuous_eval.training_complete_step(str(model_dir)) == 20
+  run_summary.mark_training_complete(str(model_dir), 20)
+  assert run_summary.training_complete_step(str(model_dir)) == 20
   trainer = start_forked("--experiment=digits_convnet", "--mode=train",
                          "--params_override=trainer.train_steps=100000,"
                          "trainer.steps_per_loop=10,"
@@ -119,8 +120,8 @@ def test_a_training_run_clears_a_stale_training_complete_marker(
                          model_dir=model_dir)
   trainer.wait_for_line(lambda l: l.startswith("step "))
   assert trainer.proc.poll() is None  # Still training.
-  assert continuous_eval.training_complete_step(str(model_dir)) is None
-  assert not (model_dir / continuous_eval.COMPLETE_MARKER).exists()
+  assert run_summary.training_complete_step(str(model_dir)) is None
+  assert not (model_dir / run_summary.COMPLETE_MARKER).exists()
 
 
 class FakeTime:

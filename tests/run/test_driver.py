@@ -4,7 +4,6 @@ In-process runs of digits_convnet.
 """
 
 from tfm_ext.model_dir import run_summary
-from tfm_ext.run import continuous_eval
 
 TINY = ("trainer.train_steps=4,trainer.steps_per_loop=2,"
         "trainer.summary_interval=2,trainer.checkpoint_interval=4,"
@@ -18,7 +17,7 @@ def test_an_evaluator_leaves_the_trainers_records_as_they_are(
   params_yaml = (tmp_path / "params.yaml").read_text()
   starts = run_summary.training_starts(str(tmp_path))
   assert len(starts) == 1
-  assert continuous_eval.training_complete_step(str(tmp_path)) == 4
+  assert run_summary.training_complete_step(str(tmp_path)) == 4
 
   # Evaluators with their own validation_steps: neither writes params.yaml
   # nor a training start, and the trainer's "complete at step 4" stays.
@@ -26,6 +25,6 @@ def test_an_evaluator_leaves_the_trainers_records_as_they_are(
     summary, _ = run_in_process("digits_convnet", mode, tmp_path,
                                 TINY + ",trainer.validation_steps=1")
     assert (summary.mode, summary.global_step) == (mode, 4)
-    assert continuous_eval.training_complete_step(str(tmp_path)) == 4, mode
+    assert run_summary.training_complete_step(str(tmp_path)) == 4, mode
   assert (tmp_path / "params.yaml").read_text() == params_yaml
   assert run_summary.training_starts(str(tmp_path)) == starts

@@ -18,7 +18,7 @@ chief only):
     after a training loop    at most every TRAIN_REFRESH_SECONDS (2 min)
     after an evaluation      at most every EVAL_REFRESH_SECONDS (30 s),
                              a trainer's or an evaluator's
-    when a mode ends         always (`tfm_ext.run.driver.run_parts`)
+    when a mode ends         always (`tfm_ext.run.driver.drive`)
 
 A refresh rereads the event files and draws the whole figure, a few tenths
 of a second of host time on a CPU (matplotlib's ticks and text, mostly),

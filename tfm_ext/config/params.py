@@ -32,11 +32,11 @@ from official.core import train_utils
 from official.modeling import hyperparams
 from official.modeling.hyperparams import params_dict
 
+from tfm_ext import errors
 from tfm_ext.config import config_drift
 from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
-from tfm_ext.run import continuous_eval
 from tfm_ext.training import registry
 from tfm_ext.training import trainers
 
@@ -304,7 +304,7 @@ def await_trainer_params(model_dir: str, timeout: float,
     if follow or checkpoint_state.latest(model_dir):
       return follow
     if clock() >= deadline:
-      raise continuous_eval.no_checkpoint_error(model_dir, timeout)
+      raise errors.no_checkpoint(model_dir, timeout)
     if not announced:
       announced = True
       print(f"waiting up to {timeout:.0f}s for a trainer's params.yaml in "

@@ -1,9 +1,13 @@
-"""`RunSummary`: what a run did, written to `model_dir/run_summary.json`.
+"""What a run did, in `model_dir`: its summary, its starts, its end.
 
-A run that does not train writes its own instead, so that no mode
-overwrites another's record: `eval` and `continuous_eval` write
-`eval_summary.json` (an evaluator beside a trainer never overwrites the
-trainer's), `export` writes `export_summary.json`.
+`RunSummary` is written to `model_dir/run_summary.json`. A run that does
+not train writes its own instead, so that no mode overwrites another's
+record: `eval` and `continuous_eval` write `eval_summary.json` (an evaluator
+beside a trainer never overwrites the trainer's), `export` writes
+`export_summary.json` (`path`). A training run records each start
+(`training_starts/`, `record_training_start`) and its end
+(`training_complete.json`, `mark_training_complete`): an evaluator beside it
+stops once it has evaluated that step (`tfm_ext.run.continuous_eval`).
 """
 
 import dataclasses
@@ -12,6 +16,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 import dataclasses_json
+import tensorflow as tf
 
 from tfm_ext.model_dir import _files
 
@@ -25,12 +30,44 @@ LEGACY_STARTS = "training_starts.jsonl"
 _START_KEYS = {"restored_step": int, "time": (int, float)}
 
 
+COMPLETE_MARKER = "training_complete.json"
+
+
 def summary_filename(trains: bool, evaluates: bool) -> str:
   """The summary a run writes: `run_summary.json` if its mode trains,
   else `eval_summary.json` if it evaluates, else `export_summary.json`."""
   if trains:
     return FILENAME
   return EVAL_FILENAME if evaluates else EXPORT_FILENAME
+
+
+def path(model_dir: str, mode) -> str:
+  """Where a run of `mode` (a `tfm_ext.run.modes.Mode`) writes its summary."""
+  return os.path.join(model_dir,
+                      summary_filename(mode.trains, mode.evaluates))
+
+
+def mark_training_complete(model_dir: str, global_step: int) -> None:
+  """Tells evaluators that no checkpoint after `global_step` will come."""
+  _files.write_json(
+      os.path.join(model_dir, COMPLETE_MARKER),
+      {"global_step": int(global_step), "time": time.time()})
+
+
+def clear_training_complete(model_dir: str) -> None:
+  """Removes the marker: a training run is (again) in progress."""
+  marker = os.path.join(model_dir, COMPLETE_MARKER)
+  if tf.io.gfile.exists(marker):
+    tf.io.gfile.remove(marker)
+
+
+def training_complete_step(model_dir: str) -> Optional[int]:
+  """The step `mark_training_complete` recorded, or None."""
+  try:
+    return int(_files.read_json(os.path.join(model_dir,
+                                             COMPLETE_MARKER))["global_step"])
+  except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
+    return None
 
 
 @dataclasses_json.dataclass_json

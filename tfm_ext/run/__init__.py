@@ -2,9 +2,10 @@
 
 `launcher` (the `tfm-ext-train` command; `cli` and `python -m tfm_ext` call
 it) parses the flags and builds the operative config (`tfm_ext.config`);
-`driver.prepare` checks it all before anything is written; `job.run` runs
-the plan as a job (log file, signals, recovery, exit codes); `assembly`
-builds every part before Orbit's controller runs; `modes` is the table of
+`driver` owns running it: `prepare` checks it all before anything is
+written, `run` runs the plan as a job (log file, signals, recovery, the
+trainer lease, exit codes); `assembly` builds every part before Orbit's
+controller runs; `modes` is the table of
 modes (`continuous_eval` is the evaluator beside a trainer); `experiment`
 is TFM's `run_experiment`. `failures` is the run's one error boundary,
 `preemption` and `_startup_signals` its signals; `strategies` and

@@ -5,10 +5,10 @@
 
 Each part is built from the ones before it, so nothing is bound late: the
 actions get the checkpoint manager itself, and the controller gets them all.
-`assemble` writes nothing into `model_dir` but the trainer lease
-(`tfm_ext.model_dir.lease`) and a repaired checkpoint state file
-(`tfm_ext.model_dir.checkpoint_state`); `tfm_ext.run.driver.run` does, once the parts
-exist.
+`assemble` writes nothing into `model_dir` but a repaired checkpoint state
+file (`tfm_ext.model_dir.checkpoint_state`); `tfm_ext.run.driver.drive`
+does, once the parts exist, while the trainer lease that
+`tfm_ext.run.driver.assembled` took before them is held.
 """
 
 import dataclasses
@@ -61,8 +61,6 @@ class Parts:
   # A training mode whose checkpoint is at or past `train_steps`: nothing
   # is left to train (a relaunched finished run).
   trained: bool = False
-  # Held by a training run's chief; `driver.run_parts` releases it.
-  trainer_lease: Optional[lease.Lease] = None
   # `<phase>/<action>` -> how often it raised (`actions.Guard`).
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -112,25 +110,16 @@ class Supplied:
 
 
 def assemble(plan, watcher: preemption.SignalWatcher,
-             supplied: Supplied = Supplied()) -> Parts:
+             supplied: Supplied = Supplied(),
+             held: Optional[lease.Lease] = None) -> Parts:
   """Builds the parts of `plan` (a `tfm_ext.run.driver.Plan`) not `supplied`.
 
-  A training run's chief first takes the trainer lease of `model_dir`
-  (`tfm_ext.model_dir.lease`; `UsageError` while another trainer holds it): building
-  the parts already repairs the best-checkpoint directory. A build that
-  raises releases it; `tfm_ext.run.driver.run_parts` releases it after the run.
+  `held`: the trainer lease a training run's chief holds while the parts
+  are built and the mode runs (`tfm_ext.run.driver.assembled`); its saves
+  and records are fenced by it.
   """
-  held = None
-  if plan.mode.trains and plan.strategy.extended.should_checkpoint:
-    with failures.phase("model_dir", plan.request.model_dir):
-      held = lease.acquire(plan.request.model_dir)
-  try:
-    with failures.phase("build", plan.request.model_dir):
-      return _build(plan, watcher, supplied, held)
-  except BaseException:
-    if held:
-      held.release()
-    raise
+  with failures.phase("build", plan.request.model_dir):
+    return _build(plan, watcher, supplied, held)
 
 
 def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
@@ -253,7 +242,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                deterministic=deterministic, restored_step=restored_step,
                trained=bool(mode.trains and restored_step
                             and restored_step >= params.trainer.train_steps),
-               trainer_lease=held, action_failures=guard.failures)
+               action_failures=guard.failures)
 
 
 def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:

@@ -39,7 +39,7 @@ was suspended past that time, its claim taken over, evaluates on but
 records nothing, with a warning.
 
 A training mode that finishes writes `model_dir/training_complete.json`
-(`mark_training_complete`); the evaluator stops as soon as the checkpoint at
+(`tfm_ext.model_dir.run_summary`); the evaluator stops as soon as the checkpoint at
 that step is in the ledger, and every checkpoint listed before it (one that
 another evaluator claimed is waited for, and taken over if that one
 stalled). Without a marker it stops at `train_steps`, or
@@ -59,11 +59,12 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
+from tfm_ext import errors
 from tfm_ext.actions import console
-from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
+from tfm_ext.model_dir import run_summary
 from tfm_ext.run import failures
 from tfm_ext.training import eval_count
 
@@ -72,35 +73,11 @@ LEGACY_LEDGER = "eval_ledger.jsonl"
 _ENTRY_KEYS = ("checkpoint", "global_step", "status")
 # The statuses of a checkpoint whose evaluation ran to its end.
 _EVALUATION_RAN = ("evaluated", "empty")
-COMPLETE_MARKER = "training_complete.json"
 # The `why` of a "missing" record the trainer wrote for a checkpoint it
 # rotated away while no evaluator was present (`tfm_ext.model_dir.retention`).
 UNWATCHED = ("rotated away by max_to_keep while no evaluator was present on "
              "the model_dir")
 POLL_SECONDS = 1.0
-
-
-def mark_training_complete(model_dir: str, global_step: int) -> None:
-  """Tells evaluators that no checkpoint after `global_step` will come."""
-  _files.write_json(
-      os.path.join(model_dir, COMPLETE_MARKER),
-      {"global_step": int(global_step), "time": time.time()})
-
-
-def clear_training_complete(model_dir: str) -> None:
-  """Removes the marker: a training run is (again) in progress."""
-  path = os.path.join(model_dir, COMPLETE_MARKER)
-  if tf.io.gfile.exists(path):
-    tf.io.gfile.remove(path)
-
-
-def training_complete_step(model_dir: str) -> Optional[int]:
-  """The step `mark_training_complete` recorded, or None."""
-  try:
-    return int(_files.read_json(os.path.join(model_dir,
-                                             COMPLETE_MARKER))["global_step"])
-  except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
-    return None
 
 
 def listed_checkpoints(model_dir: str) -> List[str]:
@@ -114,7 +91,7 @@ def listed_checkpoints(model_dir: str) -> List[str]:
   """
   listed, _ = checkpoint_state.read_state(model_dir)
   paths = set(listed or [])
-  final = training_complete_step(model_dir)
+  final = run_summary.training_complete_step(model_dir)
   if final is not None:
     paths.update(p for p in checkpoint_state.checkpoint_files(model_dir)
                  if checkpoint_state.step_of(p) <= final)
@@ -217,14 +194,6 @@ class EvalLedger:
                   if e["status"] == "evaluated")
 
 
-def no_checkpoint_error(model_dir: str, timeout: float) -> UsageError:
-  """What an evaluator that waited `timeout` seconds for a trainer says."""
-  return UsageError(
-      f"No checkpoint appeared in {model_dir!r} within "
-      f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
-      "running and writing to the same --model_dir?")
-
-
 def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
                           eval_steps: int, train_steps: int, timeout: float,
                           should_stop: Callable[[], bool] = lambda: False,
@@ -290,7 +259,7 @@ def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
     waited = clock() - last_new
     if waited > timeout:
       if not ledger.entries:
-        raise no_checkpoint_error(model_dir, timeout)
+        raise errors.no_checkpoint(model_dir, timeout)
       logging.warning("No new checkpoint for %.0f s; stopping.", waited)
       break
     sleep(POLL_SECONDS)
@@ -422,7 +391,7 @@ def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,
     return False
   evaluated = [e["global_step"] for e in ledger.entries.values()
                if e["status"] in _EVALUATION_RAN]
-  final = training_complete_step(model_dir)
+  final = run_summary.training_complete_step(model_dir)
   last = max((e["global_step"] for e in ledger.entries.values()), default=-1)
   if final is not None:
     return last >= final

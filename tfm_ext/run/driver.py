@@ -1,30 +1,51 @@
-"""Runs one mode of an experiment: a short recipe over assembled parts.
+"""Runs a job: one module from a checked request to an exit code.
 
     prepare(request) -> Plan       resolve and check; writes nothing
-    run(plan):
-      parts = assemble(plan)       the trainer lease (tfm_ext.model_dir.lease), task,
-                                   trainer, checkpoint manager, summaries,
-                                   actions, Orbit controller
-      record the start             params.yaml, training_starts/ (training)
-      mode.run(controller)         tfm_ext.run.modes: Orbit runs it
-      record the end               training_complete.json (training),
-                                   metrics.csv and curves.png (the chief)
-      -> RunSummary                status "completed", "preempted" or "failed"
-      release the lease            however the run ended
+    run(plan)                      the job: log file, signals, recovery,
+                                   the run summary, the end notification,
+                                   exit codes
+      execute(plan)                one attempt (again after a transient
+                                   error, `Recovery`):
+        with assembled(plan)       the trainer lease held (tfm_ext.model_dir.
+                                   lease) while the task, trainer, checkpoint
+                                   manager, summaries, actions and Orbit
+                                   controller are built and the mode runs
+          drive(plan, parts)       records the start (params.yaml,
+                                   training_starts/), runs the mode
+                                   (tfm_ext.run.modes: Orbit runs it),
+                                   records the end (training_complete.json,
+                                   metrics.csv, curves.png)
+          -> RunSummary            "completed", "preempted" or "failed"
 
-`run_with_recovery` rebuilds everything and resumes after transient errors.
+`run` exits the process unless the run completed: 42 preempted (checkpoint
+saved, or nothing to save yet: a signal before the first step, or to an
+evaluator), 3 failed on its data (the last checkpoint intact), 4 its
+storage failed (a full disk, a lost permission), 2 bad input found only
+once running (`tfm_ext.run.failures`). Each writes the run summary
+(`run_summary.json`; `eval_summary.json` or `export_summary.json` for a
+mode that does not train) and the operative gin config first, when the run
+got that far, then sends the run's `end` notification
+(`tfm_ext.actions.notify`, however the run ended, in bounded time), and
+copies the log into a bucket `model_dir` last. `execute` and `drive` are
+for code that runs a plan in its own process (TFM's `run_experiment`,
+tests): they return the summary and exit nothing.
 """
 
+import contextlib
 import dataclasses
+import logging as std_logging
+import os
 import shutil
+import sys
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 from absl import logging
 import tensorflow as tf
 import tf_keras
 
 from official.core import config_definitions
+from official.core import train_utils
 
 from tfm_ext.actions import best_checkpoint
 from tfm_ext.actions import console
@@ -36,12 +57,13 @@ from tfm_ext.config import input_files
 from tfm_ext.config import model_dir_check
 from tfm_ext.config import params_file
 from tfm_ext.config import preflight
+from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import export
+from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
-from tfm_ext.run import continuous_eval
 from tfm_ext.run import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
@@ -125,12 +147,78 @@ class Recovery:
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 
-def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
-                      watcher: Optional[preemption.SignalWatcher] = None,
-                      sleep=time.sleep,
-                      notifier: Optional[notify.Notifier] = None
-                      ) -> RunSummary:
-  """Runs `plan`, rebuilding and resuming after transient errors.
+def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
+  """Runs a `prepare`d plan as a job; returns its summary or exits.
+
+  Inside the run's error boundary (`tfm_ext.run.failures.boundary`), so
+  what it raises is classified, and logged, before the log is copied into
+  a bucket.
+  """
+  request = plan.request
+  chief = strategies.is_chief_process()
+  # Non-chief workers keep their logs out of model_dir (absl's default dir).
+  save_log = console.log_to_files(request.model_dir if chief else None)
+  failures.set_run(log_file=logging.get_log_file_name() or "the console")
+  notifier = notify.for_request(request, chief)
+  summary = None
+  try:
+    with failures.boundary(), preemption.SignalWatcher() as watcher:
+      try:
+        summary = _with_recovery(plan, recovery, watcher, notifier)
+      except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
+        exit_with(e, preemption.EXIT_CODE, "preempted")
+      _finish(request, plan.mode, summary)
+    if summary.status == "preempted":
+      exit_with(summary.message, preemption.EXIT_CODE, "preempted")
+    if summary.status == "failed":
+      exit_with(summary.message, summary.exit_code or RunFailed.EXIT_CODE)
+    return summary
+  finally:
+    # Every way out passes here (the exits above are SystemExit, a second
+    # signal a KeyboardInterrupt); only SIGKILL skips it.
+    notify.run_ended(notifier, summary, sys.exc_info()[1])
+    save_log()
+
+
+def _finish(request: RunRequest, mode: modes.Mode,
+            summary: RunSummary) -> None:
+  """Writes the operative gin config and the run summary (the chief's).
+
+  Another worker's summary goes to the log. Storage that fails here (a
+  full disk) is a warning: the run's own outcome decides its exit code.
+  """
+  if not summary.chief:
+    logging.info("Run summary of this worker: %s", summary.to_json())
+  else:
+    path = run_summary.path(request.model_dir, mode)
+    try:
+      train_utils.save_gin_config(request.mode, request.model_dir)
+      summary.write(request.model_dir, os.path.basename(path))
+      logging.info("Run summary: %s", path)
+    except (tf.errors.OpError, OSError) as e:
+      if not failures.storage_fault(e):
+        raise
+      logging.warning("Could not write %s: %s", path, failures.tf_reason(e))
+      print(f"warning: could not write {path}: {failures.tf_reason(e)}",
+            file=sys.stderr, flush=True)
+  logging.flush()
+  # TensorFlow objects collected at interpreter exit may still log after
+  # absl has closed its file; such records are dropped, not printed as
+  # "--- Logging error ---" tracebacks.
+  std_logging.raiseExceptions = False
+
+
+def exit_with(error: object, code: int, kind: str = "error") -> None:
+  """Prints `kind: error` as one paragraph on stderr and exits with `code`."""
+  print(f"{kind}: {error}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+def _with_recovery(plan: Plan, recovery: Recovery,
+                   watcher: preemption.SignalWatcher,
+                   notifier: Optional[notify.Notifier],
+                   sleep=time.sleep) -> RunSummary:
+  """`execute`s `plan`, rebuilding and resuming after transient errors.
 
   Restarts at most `recovery.max_restarts` times, waiting
   `backoff_seconds * 2**n` before the n-th, each logged with its cause.
@@ -140,7 +228,7 @@ def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
     if restarts:
       plan = prepare(plan.request)
     try:
-      summary = run(plan, watcher=watcher, notifier=notifier)
+      summary = execute(plan, watcher=watcher, notifier=notifier)
     except TRANSIENT_ERRORS as e:
       # TensorFlow cannot set up collectives twice in one process: a
       # multi-worker job exits and its cluster manager restarts it.
@@ -161,44 +249,62 @@ def run_with_recovery(plan: Plan, recovery: Recovery = Recovery(),
     return summary
 
 
-def run(plan: Plan,
-        watcher: Optional[preemption.SignalWatcher] = None,
-        notifier: Optional[notify.Notifier] = None) -> RunSummary:
-  """Builds the parts and runs the mode; returns what happened.
+def execute(plan: Plan,
+            watcher: Optional[preemption.SignalWatcher] = None,
+            notifier: Optional[notify.Notifier] = None) -> RunSummary:
+  """Builds the parts and runs the mode once; returns what happened.
 
   A run stopped by a signal (its checkpoint saved) returns status
   "preempted", one that failed on its data (a corrupt record, a loss that
   diverged; the last checkpoint intact) "failed"; `message` says why.
   """
   watcher = watcher or preemption.SignalWatcher(signals=())
-  return run_parts(plan, assembly.assemble(
-      plan, watcher, assembly.Supplied(notifier=notifier)), watcher)
+  with assembled(plan, watcher,
+                 assembly.Supplied(notifier=notifier)) as parts:
+    return drive(plan, parts, watcher)
 
 
-def run_parts(plan: Plan, parts: assembly.Parts,
-              watcher: preemption.SignalWatcher) -> RunSummary:
-  """Runs the mode of `plan` on assembled `parts`; see `run`.
+@contextlib.contextmanager
+def assembled(plan: Plan, watcher: preemption.SignalWatcher,
+              supplied: assembly.Supplied = assembly.Supplied()
+              ) -> Iterator[assembly.Parts]:
+  """The parts of `plan` (those not `supplied`), for the block's length.
 
-  However the run ends, it releases the trainer lease `assemble` took, and
-  a worker other than the chief deletes the temp dir it wrote to.
+  A training run's chief holds the trainer lease of `model_dir` from
+  before the parts are built (`UsageError` while another trainer holds it:
+  building them already repairs the best-checkpoint directory) until the
+  block ends, however it ends. A worker other than the chief deletes the
+  temp dir it wrote to once the block ends: its checkpoints and records
+  (`assembly`: a whole checkpoint each save) are read by no one.
   """
+  held = None
+  if plan.mode.trains and plan.strategy.extended.should_checkpoint:
+    with failures.phase("model_dir", plan.request.model_dir):
+      held = lease.acquire(plan.request.model_dir)
+  try:
+    parts = assembly.assemble(plan, watcher, supplied, held)
+    try:
+      yield parts
+    finally:
+      if not parts.chief:
+        shutil.rmtree(parts.write_dir, ignore_errors=True)
+  finally:
+    if held:
+      held.release()
+
+
+def drive(plan: Plan, parts: assembly.Parts,
+          watcher: preemption.SignalWatcher) -> RunSummary:
+  """Runs the mode of `plan` on assembled `parts`; see `execute`."""
   # What a mode writes outside Orbit's calls (records, the ledger) is
   # that mode's phase: a full disk there is the run's storage failing.
   phase = ("step" if plan.mode.trains else
            "evaluate" if plan.mode.evaluates else "export")
-  try:
-    with failures.phase(phase, plan.request.model_dir):
-      return _run_mode(plan, parts, watcher)
-  finally:
-    if parts.trainer_lease:
-      parts.trainer_lease.release()
-    if not parts.chief:
-      # Its checkpoints and records (`assembly`: a temp dir of its own, a
-      # whole checkpoint each save) are read by no one once it ends.
-      shutil.rmtree(parts.write_dir, ignore_errors=True)
+  with failures.phase(phase, plan.request.model_dir):
+    return _drive(plan, parts, watcher)
 
 
-def _run_mode(plan: Plan, parts: assembly.Parts,
+def _drive(plan: Plan, parts: assembly.Parts,
               watcher: preemption.SignalWatcher) -> RunSummary:
   request, mode = plan.request, plan.mode
   if watcher.received is not None:  # While the parts were built.
@@ -208,7 +314,7 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
     # Only training writes params.yaml: an evaluator beside the trainer on
     # the same model_dir must not race it for the file.
     params_file.write(request.params, request.model_dir)
-    continuous_eval.clear_training_complete(request.model_dir)
+    run_summary.clear_training_complete(request.model_dir)
   if mode.trains:
     resumes = run_summary.record_training_start(parts.write_dir,
                                                 parts.restored_step)
@@ -233,7 +339,7 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e))
   except (UsageError,) + TRANSIENT_ERRORS:
-    raise  # Refused (exit 2), or restarted by `run_with_recovery`.
+    raise  # Refused (exit 2), or restarted by `_with_recovery`.
   except Exception as e:  # pylint: disable=broad-except
     failure = failures.classify(e)
     if failure is None:
@@ -246,7 +352,7 @@ def _run_mode(plan: Plan, parts: assembly.Parts,
     if parts.chief and (mode.trains or mode.evaluates):
       curves.refresh(request.model_dir, request.params.trainer)
   if mode.trains:
-    continuous_eval.mark_training_complete(
+    run_summary.mark_training_complete(
         parts.write_dir, parts.trainer.global_step.numpy())
   summary = summarize(plan, parts, resumes, "completed")
   if parts.trained:

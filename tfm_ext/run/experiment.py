@@ -74,13 +74,13 @@ def run_experiment(
       trainer_cls=type(trainer) if trainer else trainers.get_trainer(name),
       strategy=distribution_strategy)
   watcher = preemption.SignalWatcher(signals=())
-  parts = assembly.assemble(plan, watcher, assembly.Supplied(
+  with driver.assembled(plan, watcher, assembly.Supplied(
       task=task, trainer=trainer, train_actions=train_actions or (),
       eval_actions=eval_actions or (), controller_cls=controller_cls,
       summary_manager=summary_manager,
       eval_summary_manager=eval_summary_manager, save_summary=save_summary,
-      post_eval=run_post_eval))
-  summary = driver.run_parts(plan, parts, watcher)
+      post_eval=run_post_eval)) as parts:
+    summary = driver.drive(plan, parts, watcher)
   if summary.status == "failed":
     raise RunFailed(summary.message)
   if summary.status == "preempted":

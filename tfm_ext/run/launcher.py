@@ -54,7 +54,6 @@ from tfm_ext.model_dir import run_summary
 from tfm_ext.run import _startup_signals
 from tfm_ext.run import driver
 from tfm_ext.run import failures
-from tfm_ext.run import job
 from tfm_ext.run import modes
 from tfm_ext.training import models
 from tfm_ext.training import trainers
@@ -222,12 +221,10 @@ def main(argv) -> None:
       print(params_file.dump(params_lib.build(_sources()).as_dict()), end="")
       return
     plan = driver.prepare(_request())
-  summary = job.run(plan, driver.Recovery(
+  summary = driver.run(plan, driver.Recovery(
       max_restarts=FLAGS.max_restarts,
       backoff_seconds=FLAGS.restart_backoff_seconds))
-  path = os.path.join(plan.request.model_dir,
-                      run_summary.summary_filename(plan.mode.trains,
-                                                   plan.mode.evaluates))
+  path = run_summary.path(plan.request.model_dir, plan.mode)
   best = summary.best
   best = (f" | best {best['metric']} {best['value']:.4g} @ step "
           f"{best['global_step']}: {best['path']}" if best else "")

@@ -158,9 +158,9 @@ def input_threads(runtime) -> int:
 
   `runtime.dataset_num_private_threads` when set (TFM declares the field but
   its trainer ignores it). Unset, tf.data's own pool, as in stock TFM: a
-  smaller private pool keeps the input off the model's cores on an idle
-  CPU host, and starves it on a shared one, so it is an opt-in
-  (benchmarks/RESULTS.md#default-input-pool).
+  private pool keeps a small input off the model's cores, and caps one that
+  needs every core (decoding images for a GPU), so it is an opt-in
+  (benchmarks/RESULTS.md#default-input-pool, #default-parallel-map).
   """
   return runtime.dataset_num_private_threads or 0
 
