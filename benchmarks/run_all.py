@@ -87,12 +87,13 @@ PAIR_ROWS = (
     ("target-resnet50-keras-fit", "resnet50", "keras_fit", 1.0,
      "ResNet50: ours against Keras `Model.fit`",
      "no slower than Keras's own loop"),
-    ("default-input-pool", "digits_convnet", "ours_private_pool", 1.0,
+    ("default-input-pool", "digits_convnet", "ours_private_pool", None,
      "the input on tf.data's own pool, as in stock TFM "
      "(`runtime.dataset_num_private_threads` unset), against a private pool "
-     "of half the cores",
-     "a private pool is faster on an idle host and starves the input when "
-     "other work holds a core: a default must win or tie in both"),
+     "of half the cores (below 1: the private pool trains cheaper)",
+     "a private pool keeps a small input off the model's cores; it also caps "
+     "an input that needs every core (ResNet's JPEG pipeline on one thread: "
+     "#default-parallel-map), so it is an opt-in, not the default"),
     ("default-one-replica-mirror", "digits_convnet", "ours_no_strategy", 1.0,
      "`mirrored` on one CPU builds TFM's one-replica `MirroredStrategy`, "
      "against no strategy (`runtime.mirror_one_device=false`)",
