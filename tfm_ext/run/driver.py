@@ -305,10 +305,9 @@ def drive(plan: Plan, parts: assembly.Parts,
 
 
 def _drive(plan: Plan, parts: assembly.Parts,
-              watcher: preemption.SignalWatcher) -> RunSummary:
+           watcher: preemption.SignalWatcher) -> RunSummary:
   request, mode = plan.request, plan.mode
-  if watcher.received is not None:  # While the parts were built.
-    raise preemption.StartUpInterrupted(watcher.signal_name)
+  watcher.check_start()
   resumes = 0
   if mode.trains and parts.chief:
     # Only training writes params.yaml: an evaluator beside the trainer on
@@ -320,7 +319,7 @@ def _drive(plan: Plan, parts: assembly.Parts,
                                                 parts.restored_step)
   ctx = modes.ModeContext(controller=parts.controller, params=request.params,
                           model_dir=request.model_dir,
-                          should_stop=lambda: watcher.received is not None,
+                          should_stop=lambda: watcher.stopping,
                           checkpoint_path=request.checkpoint_path)
   previous = _previous_summary(plan, parts) if parts.trained else None
   try:
@@ -332,10 +331,8 @@ def _drive(plan: Plan, parts: assembly.Parts,
       elif mode.evaluates and not _evaluated_last_step(previous, parts):
         # Stopped in (or before) the final evaluation: that one is left.
         parts.controller.evaluate(steps=request.params.trainer.validation_steps)
-    if watcher.received is not None and mode.stops_on_signal:
-      # An evaluator has no checkpoint to save: it just stops early.
-      raise preemption.Preempted(int(parts.trainer.global_step.numpy()),
-                                 watcher.signal_name, saved=False)
+    watcher.check_stopped(mode.stops_on_signal,
+                          int(parts.trainer.global_step.numpy()))
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e))
   except (UsageError,) + TRANSIENT_ERRORS:

@@ -1,17 +1,29 @@
 """Graceful preemption: on SIGTERM, SIGINT or SIGHUP, save the step, exit 42.
 
-`SignalWatcher` records the signal; `SaveAndStopIfPreempted` is an Orbit
-action that, after the loop in flight, writes that loop's summaries, saves a
-checkpoint at the current global step and raises `Preempted`, which the
-launcher turns into exit code 42 (`EXIT_CODE`, the restart code TensorFlow's
-`PreemptionCheckpointHandler` uses). A supervisor that restarts on 42 then
-resumes from that checkpoint.
+What a signal does is decided here, by when it comes:
 
-A signal before the run's first step exits 42 too, saying there is nothing
-to save yet: until `SignalWatcher` takes over, `tfm_ext.run._startup_signals`
-ends the process at once; while the parts are built, the watcher records it
-and the driver raises `StartUpInterrupted` before anything is written. An
-evaluator stops between evaluations and says it saved nothing.
+    before the run (the imports)   exit 42 at once: `tfm_ext.run.
+                                   _startup_signals`, the one piece that
+                                   loads before TensorFlow
+    while the parts are built      exit 42 once they are, before anything is
+                                   written (`SignalWatcher.check_start`:
+                                   `StartUpInterrupted`)
+    while training                 the loop in flight ends, its summaries are
+                                   written, a checkpoint is saved at the
+                                   current step, exit 42
+                                   (`SaveAndStopIfPreempted`; on several
+                                   workers `CoordinatedSaveAndStop`)
+    while an evaluator runs        it stops between evaluations, saves
+                                   nothing, exit 42 (`SignalWatcher.stopping`,
+                                   `check_stopped`)
+    in any other mode              the mode runs to its end (an `eval`, an
+                                   `export`)
+    a second signal                the job ends at once without saving, exit
+                                   42 (`SecondSignal`)
+
+42 (`EXIT_CODE`) is the restart code TensorFlow's
+`PreemptionCheckpointHandler` uses: a supervisor that restarts on it resumes
+from the checkpoint saved.
 
 `SaveAndStopIfPreempted` serves single-worker jobs. Multi-worker jobs use
 `CoordinatedSaveAndStop`, TensorFlow's `PreemptionCheckpointHandler`: a
@@ -93,6 +105,24 @@ class SignalWatcher:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous.clear()
+
+  @property
+  def stopping(self) -> bool:
+    """Whether a signal came: a mode that stops on one stops now."""
+    return self.received is not None
+
+  def check_start(self) -> None:
+    """Raises `StartUpInterrupted` if a signal came while the parts were
+    built: nothing is written yet, nothing to save."""
+    if self.received is not None:
+      raise StartUpInterrupted(self.signal_name)
+
+  def check_stopped(self, stops_on_signal: bool, step: int) -> None:
+    """After a mode: raises `Preempted`, nothing saved, if it stops on a
+    signal (an evaluator, `tfm_ext.run.modes.Mode.stops_on_signal`) and one
+    came. A mode that trains raised it already, once it saved."""
+    if self.received is not None and stops_on_signal:
+      raise Preempted(step, self.signal_name, saved=False)
 
   def _handle(self, signum, frame) -> None:
     del frame
