@@ -33,18 +33,13 @@ _START_KEYS = {"restored_step": int, "time": (int, float)}
 COMPLETE_MARKER = "training_complete.json"
 
 
-def summary_filename(trains: bool, evaluates: bool) -> str:
-  """The summary a run writes: `run_summary.json` if its mode trains,
-  else `eval_summary.json` if it evaluates, else `export_summary.json`."""
-  if trains:
-    return FILENAME
-  return EVAL_FILENAME if evaluates else EXPORT_FILENAME
-
-
 def path(model_dir: str, mode) -> str:
-  """Where a run of `mode` (a `tfm_ext.run.modes.Mode`) writes its summary."""
-  return os.path.join(model_dir,
-                      summary_filename(mode.trains, mode.evaluates))
+  """Where a run of `mode` (a `tfm_ext.run.modes.Mode`) writes its summary:
+  `run_summary.json` if it trains, else `eval_summary.json` if it
+  evaluates, else `export_summary.json`."""
+  name = (FILENAME if mode.trains else
+          EVAL_FILENAME if mode.evaluates else EXPORT_FILENAME)
+  return os.path.join(model_dir, name)
 
 
 def mark_training_complete(model_dir: str, global_step: int) -> None:
