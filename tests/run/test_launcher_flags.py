@@ -19,7 +19,6 @@ from official.common import flags as tfm_flags
 from official.core import train_utils
 
 import registry_imports  # pylint: disable=unused-import
-from tfm_ext.model_dir import checkpointing
 from tfm_ext.run import launcher
 
 from conftest import SMOKE
@@ -119,39 +118,6 @@ def test_flags_tfm_never_reads_are_accepted_and_each_logged_once(caplog):
                                     ("tfhub_handle", "h"),
                                     ("tflex_output_uri", "u")))
   assert not request.enable_async_checkpointing
-
-
-class _Trainer:
-  """What `build_manager` reads of a trainer."""
-
-  def __init__(self):
-    self.global_step = tf.Variable(0, dtype=tf.int64)
-    self.weight = tf.Variable(0.0)
-    self.checkpoint = tf.train.Checkpoint(global_step=self.global_step,
-                                          weight=self.weight)
-
-
-def test_async_manager_saves_without_options_in_the_background_in_order(
-    tmp_path):
-  trainer = _Trainer()
-  manager = checkpointing.build_manager(
-      trainer, str(tmp_path), types.SimpleNamespace(checkpoint_interval=1),
-      evaluates_only=False, init_fn=None, max_to_keep=5, enable_async=True)
-  controller_options = tf.train.CheckpointOptions(enable_async=True)
-  # The preemption save and TFM's actions pass no options; Orbit's
-  # controller passes its own.
-  for step, options in ((1, None), (2, controller_options), (3, None)):
-    trainer.global_step.assign(step)
-    trainer.weight.assign(float(step))
-    manager.save(checkpoint_number=step, options=options)
-    # TF's background writer exists from the first save, made without options.
-    # pylint: disable-next=protected-access
-    assert trainer.checkpoint._async_checkpointer_impl is not None
-  manager.sync()
-  assert manager.latest_checkpoint.endswith("-3")
-  restored = _Trainer()
-  restored.checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-  assert restored.weight.numpy() == 3.0
 
 
 def test_help_lists_the_launcher_flags_and_tfm(launch_forked, tmp_path):

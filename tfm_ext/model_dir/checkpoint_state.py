@@ -12,9 +12,12 @@ every mode, since evaluators restore through a manager too:
 
 * it reads the state file itself: damage is a finding, not an exception;
 * it reads every tensor of the checkpoint the run would restore back, so
-  checksums catch zeroed or garbled data (the restore reads them all again:
-  a start reads the newest checkpoint twice); if that one is unreadable it
-  falls back to the newest readable one the file lists;
+  checksums catch zeroed or garbled data; if that one is unreadable it
+  falls back to the newest readable one the file lists. The start's restore
+  restores the checkpoint returned here, not a newer one saved since
+  (`checkpointing.FencedManager.restore_or_initialize`). It reads it again:
+  TF restores an optimizer slot only when the first step creates it, so a
+  restore alone would find damage after training began;
 * a missing or damaged state file is rebuilt from the `ckpt-<step>.index`
   files, each checked cheaply (the index opens, the data files are there and
   hold at least the bytes of the numeric tensors), the newest read whole;

@@ -47,11 +47,16 @@ from tfm_ext.model_dir import retention
 from tfm_ext.run import failures
 
 
+# A start that checked nothing: it restores the latest, as TF's manager.
+UNCHECKED = "<unchecked>"
+
+
 def build_manager(trainer, directory: str, trainer_config, *,
                   evaluates_only: bool, init_fn: Optional[Callable[[], None]],
                   max_to_keep: int, enable_async: bool = False,
                   before_save: Optional[Callable[[], None]] = None,
-                  records_unwatched: bool = False
+                  records_unwatched: bool = False,
+                  verified: Optional[str] = UNCHECKED
                   ) -> Optional[tf.train.CheckpointManager]:
   """The manager of `trainer.checkpoint` in `directory`; None without one.
 
@@ -59,6 +64,9 @@ def build_manager(trainer, directory: str, trainer_config, *,
   `before_save` when given (see the module docstring); with
   `records_unwatched`, what it rotates away while no evaluator is present
   is recorded in the ledger as missing (`tfm_ext.model_dir.retention`).
+  `verified`: the checkpoint the start checked (`checkpoint_state.repair`),
+  or None for none; the start's restore restores it and no other. Left
+  `UNCHECKED`, the start restores the latest the state file names, as TF's.
   """
   fenced = before_save is not None
   checkpoint = trainer.checkpoint
@@ -76,6 +84,7 @@ def build_manager(trainer, directory: str, trainer_config, *,
       checkpoint_interval=trainer_config.checkpoint_interval,
       init_fn=init_fn)
   manager.records_unwatched = records_unwatched
+  manager.verified = verified
   if fenced:
     # pylint: disable=protected-access
     manager.before_save = before_save
@@ -213,7 +222,33 @@ class FencedManager(tf.train.CheckpointManager):
   # Records what it rotates away unevaluated while no evaluator is present
   # (a `train` job's, which a continuous_eval may join later).
   records_unwatched: bool = False
+  # What the start's restore restores (see `restore_or_initialize`).
+  verified: Optional[str] = UNCHECKED
+  _start_restored: bool = False
   _retention: Optional[retention.Retention] = None
+
+  def restore_or_initialize(self):
+    """TF's; the first call, the start's, restores `verified` and no other.
+
+    The start checked `verified` before the parts were built; a checkpoint
+    another job saved since then (a trainer beside an `eval`) is newer in
+    the state file this manager read, and was never checked. If `verified`
+    is gone since (that trainer's `max_to_keep` rotated it away), the start
+    restores the latest, unchecked, rather than fail. Later calls (a
+    divergence rollback) restore the latest, as TF's does.
+    """
+    # pylint: disable=protected-access
+    if self._start_restored or self.verified == UNCHECKED or (
+        self.verified is not None
+        and not tf.io.gfile.exists(self.verified + ".index")):
+      self._start_restored = True
+      return super().restore_or_initialize()
+    self._start_restored = True
+    latest, self._latest_checkpoint = self._latest_checkpoint, self.verified
+    try:
+      return super().restore_or_initialize()
+    finally:
+      self._latest_checkpoint = latest
 
   def save(self, checkpoint_number=None, check_interval=True, options=None):
     with failures.phase("save", self.directory):

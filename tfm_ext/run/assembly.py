@@ -172,7 +172,10 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
       before_save=held.assert_held if held else None,
       # A training job that does not evaluate is what a continuous_eval
       # joins: it records what no evaluator saw.
-      records_unwatched=chief and mode.trains and not mode.evaluates)
+      records_unwatched=chief and mode.trains and not mode.evaluates,
+      # The controller restores what repair checked; a non-chief restored
+      # it above, and its manager's own directory is an empty temp dir.
+      verified=latest if chief else None)
 
   step = strategies.host_readable(trainer.global_step, strategy)
   failures.set_run(global_step=lambda: int(step.numpy()))
