@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfm_ext.run import _startup
 
-# As in launchers/train.py: TensorFlow quiet, no collections while importing.
+# As in launchers/train.py: a signal exits 42, TensorFlow quiet, no
+# collections while importing.
 _startup.begin()
 from absl import app
 from absl import flags

@@ -27,12 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfm_ext.run import _startup
-from tfm_ext.run import _startup_signals
 
 # As in launchers/train.py: a signal from here until the run starts exits
 # 42, nothing to save yet; TensorFlow quiet and no collections while
 # importing (tfm_ext/run/_startup.py).
-_startup_signals.install()
 _startup.begin()
 from absl import app
 from absl import flags

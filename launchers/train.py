@@ -17,14 +17,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfm_ext.run import _startup
 
-# Quiet TensorFlow and no collections while importing (tfm_ext/run/_startup.py;
+# SIGTERM, SIGINT or SIGHUP from here until the run starts: exit 42,
+# nothing to save yet (Python's default, while TensorFlow loads, is exit
+# 143). Quiet TensorFlow and no collections while importing
+# (tfm_ext/run/_startup.py;
 # benchmarks/RESULTS.md#default-collector-off-while-importing).
 _startup.begin()
-from tfm_ext.run import _startup_signals
-
-# SIGTERM or SIGINT from here until the run starts: exit 42, nothing to
-# save yet (Python's default, while TensorFlow loads, is exit 143).
-_startup_signals.install()
 from absl import app
 
 import tfm_ext.run.launcher

@@ -125,10 +125,10 @@ def test_sending_never_waits_for_the_server_and_the_end_waits_at_most(hook):
 
 
 def test_a_url_that_is_not_http_is_refused_before_the_run():
-  notify.check("")
-  notify.check("https://hooks.example.com/x?token=1")
+  notify.check_url("")
+  notify.check_url("https://hooks.example.com/x?token=1")
   with pytest.raises(UsageError, match="is not an http:// or https:// URL"):
-    notify.check("hooks.example.com/x")
+    notify.check_url("hooks.example.com/x")
   assert notify.where("https://u:p@hooks.example.com:8443/t/SECRET?k=v") == (
       "https://hooks.example.com:8443")
 

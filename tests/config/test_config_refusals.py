@@ -20,7 +20,7 @@ from conftest import assert_clean_usage_error
 
 from tfm_ext.config import params as params_lib
 from tfm_ext.config import params_file
-from tfm_ext.config import preflight
+from tfm_ext.config import checks
 from tfm_ext.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.run import driver
@@ -202,7 +202,7 @@ def test_launcher_refuses_params_override_given_twice(launch_forked,
   assert_clean_usage_error(run, "--params_override is given twice")
 
 
-# --- Values that cannot train (the rules: tests/config/test_config_checks.py). ----
+# --- Values that cannot train (the rules: tests/config/test_checks.py). ----
 
 
 @pytest.mark.parametrize("override, said", [
@@ -329,12 +329,12 @@ def test_more_gpus_than_tensorflow_sees_are_refused(tmp_path, strategy):
 def test_a_negative_num_gpus_is_refused():
   with pytest.raises(UsageError, match=r"runtime.num_gpus=-1: give a number "
                      "of GPUs, 0 or more"):
-    preflight.check_runtime(build(params_override="runtime.num_gpus=-1")
+    checks.check_runtime(build(params_override="runtime.num_gpus=-1")
                             .runtime)
 
 
 def test_the_gpus_present_pass():
-  preflight.check_runtime(build(params_override=(
+  checks.check_runtime(build(params_override=(
       f"runtime.num_gpus={min(GPUS, 1)},"
       "runtime.distribution_strategy=mirrored")).runtime)
 

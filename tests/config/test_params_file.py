@@ -55,11 +55,11 @@ def test_a_model_dir_stock_tfm_wrote_resumes_without_allow_config_change(
   stock = exp_factory.get_exp_config("resnet_imagenet")
   train_utils.serialize_config(stock, str(tmp_path))  # TFM's own writer.
   tf.train.Checkpoint(v=tf.Variable(1.0)).save(str(tmp_path / "ckpt"))
-  config_drift.check(params, str(tmp_path), allow_change=False)
+  config_drift.check_unchanged(params, str(tmp_path), allow_change=False)
   # Our fields set otherwise than their defaults are a change, as before.
   changed = _ours("resnet_imagenet", "runtime.deterministic=true")
   with pytest.raises(UsageError, match="runtime.deterministic: False -> True"):
-    config_drift.check(changed, str(tmp_path), allow_change=False)
+    config_drift.check_unchanged(changed, str(tmp_path), allow_change=False)
 
 
 def test_python_tags_other_than_tfms_tuples_are_refused(tmp_path):

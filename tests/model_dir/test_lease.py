@@ -84,7 +84,7 @@ def test_acquire_writes_the_lease_and_release_deletes_it(model_dir):
   fake.sleep(10)
   held.beat()
   assert _holder(model_dir)["heartbeat"] == T0 + 10
-  held.check()  # Not lost: no error.
+  held.after_loop()  # Not lost: no error.
   held.release()
   assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
   assert _claims(model_dir) == []
@@ -313,7 +313,7 @@ def test_holder_whose_lease_was_taken_over_stops_and_keeps_the_new_one(
   first.beat()  # Resumed: its heartbeat finds the other trainer's lease.
   with pytest.raises(UsageError, match="Another trainer took over .* host "
                      "vm-2, pid 200.* stops without saving"):
-    first.check({"training_loss": 1.0})
+    first.after_loop({"training_loss": 1.0})
   first.release()
   assert _holder(model_dir)["pid"] == 200  # Never its to delete.
 
@@ -357,7 +357,7 @@ def test_a_lease_deleted_under_its_holder_is_lost_and_not_written_again(
   fake.sleep(10)
   held.beat()
   with pytest.raises(lease.LeaseLost, match="was deleted under this trainer"):
-    held.check()
+    held.after_loop()
   assert not tf.io.gfile.exists(os.path.join(model_dir, lease.FILENAME))
 
 

@@ -18,8 +18,6 @@ import pytest
 import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN, SMOKE
-from tfm_ext.config import model_dir_check
-from tfm_ext.errors import UsageError
 from tfm_ext.run import failures
 
 TRACEBACK = "Traceback (most recent call last)"
@@ -140,29 +138,6 @@ def test_the_innermost_phase_is_the_one_named():
         raise OSError(errno.ENOSPC, "No space left on device")
   except OSError as e:
     assert failures.phase_of(e) == ("save", "/m/ckpt-40")
-
-
-# -- The model_dir, checked before anything is written ----------------------
-
-
-@pytest.mark.parametrize("name", ["job[1]", "job*", "job?"])
-def test_model_dir_with_glob_characters_is_refused(tmp_path, name):
-  with pytest.raises(UsageError, match="glob"):
-    model_dir_check.check(str(tmp_path / name))
-
-
-def test_model_dir_that_is_a_file_or_under_one_is_refused(tmp_path):
-  a_file = tmp_path / "f"
-  a_file.write_text("x")
-  with pytest.raises(UsageError, match="is a file, not a directory"):
-    model_dir_check.check(str(a_file))
-  with pytest.raises(UsageError, match="its parent .* is a file"):
-    model_dir_check.check(str(a_file / "run"))
-
-
-def test_model_dir_on_a_file_system_tensorflow_cannot_reach_is_refused():
-  with pytest.raises(UsageError, match="nofs://bucket/run.* cannot be used"):
-    model_dir_check.check("nofs://bucket/run", store_timeout=30)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from official.core import exp_factory
 
 import tfm_ext
 from experiments import resnet50_imagenet_ctl  # pylint: disable=unused-import
+from tfm_ext.config import checks
 from tfm_ext.config import input_files
-from tfm_ext.config import preflight
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.training import ranking
@@ -102,9 +102,9 @@ def ranking_params(tmp_path, synthetic):
 
 
 def check_inputs(params, model_dir):
-  preflight.check(params, trains=True, evaluates=True,
-                  needs_checkpoint=False, model_dir=str(model_dir),
-                  strategy=tf.distribute.get_strategy())
+  checks.check_with_strategy(params, trains=True, evaluates=True,
+                             needs_checkpoint=False, model_dir=str(model_dir),
+                             strategy=tf.distribute.get_strategy())
 
 
 def test_input_paths_of_a_task_that_makes_its_data_are_not_checked(tmp_path):
@@ -124,9 +124,9 @@ def test_a_cut_file_is_refused_unless_the_data_is_synthetic(tmp_path):
   params = exp_factory.get_exp_config("resnet50_imagenet_ctl")
   params.override({"task": {"train_data": {"input_path": path}}})
   with pytest.raises(RunFailed, match="train-0 is cut short"):
-    input_files.check(params, trains=True, evaluates=False)
+    input_files.check_framing(params, trains=True, evaluates=False)
   params.override({"task": {"train_data": {"use_synthetic_data": True}}})
-  input_files.check(params, trains=True, evaluates=False)
+  input_files.check_framing(params, trains=True, evaluates=False)
   assert not input_files.reads_files(params.task, params.task.train_data)
   assert input_files.reads_files(params.task, params.task.validation_data)
 

@@ -66,7 +66,7 @@ def url_of(request) -> str:
                                        "") or ""
 
 
-def check(url: str) -> None:
+def check_url(url: str) -> None:
   """Raises `UsageError` unless `url` is empty or an http(s) URL."""
   parts = urllib.parse.urlsplit(url)
   if url and (parts.scheme not in ("http", "https") or not parts.hostname):
@@ -97,7 +97,7 @@ class Notifier:
   def __init__(self, url: str, *, run: Mapping[str, Any],
                timeout: float = 5.0, attempts: int = 3, backoff: float = 1.0,
                capacity: int = 32, clock: Callable[[], float] = time.time):
-    check(url)
+    check_url(url)
     self.url = url
     self.timeout = timeout
     self._run = dict(run)

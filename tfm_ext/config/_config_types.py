@@ -1,7 +1,7 @@
-"""Config values against their annotations: what `config_checks` refuses by type.
+"""Config values against their annotations: what `checks` refuses by type.
 
 TFM's overrides keep whatever YAML parsed, so `trainer.train_steps=abc` is
-the string 'abc'; `check` refuses it up front, naming the field, the value
+the string 'abc'; `check_types` refuses it up front, naming the field, the value
 and the type the config class declares.
 """
 
@@ -40,13 +40,13 @@ _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",
 _SEQUENCES = (list, tuple, collections.abc.Sequence)
 
 
-def check(config: hyperparams.Config, prefix: str,
-          skip: Sequence[str] = ()) -> None:
+def check_types(config: hyperparams.Config, prefix: str,
+                skip: Sequence[str] = ()) -> None:
   """Refuses a value of `config` (recursively) that its annotation does not.
 
   Fields tfm_ext adds to TFM's configs without annotations
   (`params_file.added_defaults()`) are held to the type of their default. None
-  passes: it is TFM's "unset", and `config_checks`' rules refuse it where
+  passes: it is TFM's "unset", and `checks.RULES` refuse it where
   it cannot run. Fields named in `skip` are left to another check.
   """
   hints = _hints(type(config), prefix.split(".")[0])
@@ -55,7 +55,7 @@ def check(config: hyperparams.Config, prefix: str,
     if field in skip:
       continue
     if isinstance(value, hyperparams.Config):
-      check(value, field, skip)
+      check_types(value, field, skip)
     elif not _accepts(hints.get(name), value):
       raise UsageError(
           f"{field}={show(value)}: give {_describe(hints[name])}.")

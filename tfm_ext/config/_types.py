@@ -3,7 +3,7 @@
 Python's bool is an int (`isinstance(True, int)`), so a YAML or JSON `true`
 would pass for a step, a count or a rate. Every type check that wants a
 number (`_config_types`, `_files`' records, the best-checkpoint manifest,
-preflight, summaries) asks `is_a`.
+`checks`, summaries) asks `is_a`.
 """
 
 from typing import Tuple, Type, Union

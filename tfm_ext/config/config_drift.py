@@ -55,7 +55,7 @@ def diff(old: Dict[str, Any], new: Dict[str, Any],
   return lines
 
 
-def check(params, model_dir: str, allow_change: bool) -> None:
+def check_unchanged(params, model_dir: str, allow_change: bool) -> None:
   """Raises `UsageError` if resuming `model_dir` with `params` is unsafe."""
   saved = f"{model_dir}/params.yaml"
   if not (tf.io.gfile.exists(saved) and checkpoint_state.latest(model_dir)):

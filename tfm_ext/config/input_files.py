@@ -37,7 +37,7 @@ one its writer cut, not a copy interrupted on the way.
 A task that makes its data reads no files: TFM's convention is a
 `use_synthetic_data` field, on the data config (our ImageNet experiment) or
 on the task config for all of its data (TFM's ranking task). Then neither
-this check nor `tfm_ext.config.preflight`'s (a pattern that matches no file) looks
+this check nor `tfm_ext.config.checks`' (a pattern that matches no file) looks
 at `input_path` (`reads_files`).
 
 A file is taken for a TFRecord file when the data config's `file_type` is
@@ -87,7 +87,7 @@ class Framing:
 _walked: Dict[Tuple[str, int, int], Framing] = {}
 
 
-def check(params, *, trains: bool, evaluates: bool) -> None:
+def check_framing(params, *, trains: bool, evaluates: bool) -> None:
   """Raises `RunFailed` for a damaged input file the run would read.
 
   `task.train_data` when the mode `trains`, `task.validation_data` when it
@@ -156,7 +156,7 @@ def matched_files(data) -> List[str]:
   """The files `data.input_path` names, as TFM's `InputReader` matches them.
 
   Empty for TFDS, a combined dataset (a `Config` of paths), no input_path,
-  or a pattern that matches nothing (`tfm_ext.config.preflight` refuses that).
+  or a pattern that matches nothing (`tfm_ext.config.checks` refuses that).
   """
   input_path = getattr(data, "input_path", "")
   if (getattr(data, "tfds_name", "") or not input_path

@@ -303,7 +303,7 @@ class Lease:
     if self._lost is not None:
       raise LeaseLost(self._lost)
 
-  def check(self, output=None) -> None:
+  def after_loop(self, output=None) -> None:
     """An Orbit action: `assert_held`, after each loop, before its save."""
     del output
     self.assert_held()

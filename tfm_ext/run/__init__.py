@@ -8,6 +8,6 @@ trainer lease, exit codes); `assembly` builds every part before Orbit's
 controller runs; `modes` is the table of
 modes (`continuous_eval` is the evaluator beside a trainer); `experiment`
 is TFM's `run_experiment`. `failures` is the run's one error boundary,
-`preemption` and `_startup_signals` its signals; `strategies` and
+`preemption` and `_startup` its signals; `strategies` and
 `devices` the distribution strategy.
 """

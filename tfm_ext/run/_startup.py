@@ -1,19 +1,40 @@
-"""A quiet, fast start for entry points that import TensorFlow and TFM.
+"""The start of every entry point: signals, a quiet TensorFlow, a fast import.
+
+Every launcher script, `tfm-ext-train` and `tfm_ext.run.launcher` itself
+start the same way, with the standard library only:
 
     from tfm_ext.run import _startup
     _startup.begin()
     ...import TensorFlow, TFM, the registrations...
     _startup.end()
 
-`begin` sets TensorFlow's C++ log level to warnings (its start-up INFO lines
-would bury the progress lines; a value the user set wins) and turns Python's
-garbage collector off: the imports make hundreds of thousands of objects
-that live as long as the process, and the collector would rescan them in
-several full collections while they load. `end` freezes what they made, so
-later collections skip it, and turns the collector back on
+`begin` first installs the start-up signal handlers (`install_signals`):
+Python's default would end a launcher that a signal reaches while it loads
+TensorFlow with exit code 143 (SIGTERM) or 129 (SIGHUP: the terminal or
+the ssh session closed), which a restart loop reads as a failure, or a
+KeyboardInterrupt traceback (SIGINT). From then on each of `SIGNALS`
+prints one line,
+
+    preempted: SIGTERM received during start-up: nothing to save yet; exit 42 to be restarted.
+
+and ends the process with 42, the code a supervisor restarts on. Start-up
+reads and checks, and writes nothing to `model_dir`, so there is nothing
+to save or to clean up: the process ends at once (`os._exit`), wherever
+the signal found it, an import included. `tfm_ext.run.launcher`'s import
+leaves them alone (`begin(signals=False)`: importing the library changes
+no handler) and its `main` installs them, for a fork's script that did not
+call `begin`; the run's `tfm_ext.run.preemption.SignalWatcher` takes over
+from them.
+
+`begin` then sets TensorFlow's C++ log level to warnings (its start-up INFO
+lines would bury the progress lines; a value the user set wins) and turns
+Python's garbage collector off: the imports make hundreds of thousands of
+objects that live as long as the process, and the collector would rescan
+them in several full collections while they load. `end` freezes what they
+made, so later collections skip it, and turns the collector back on
 (benchmarks/RESULTS.md#default-collector-off-while-importing,
-#default-gc-freeze). `tfm_ext.run.launcher` does both, so a fork that imports it
-first gets them.
+#default-gc-freeze). `tfm_ext.run.launcher` does both, so a fork that
+imports it first gets them.
 
 `end` also lists the physical devices once, the first time, which
 TensorFlow does anyway after absl's flags are parsed (a hook of
@@ -26,8 +47,14 @@ devices (`/dev/nvidia*`) the line says a driver is broken and stays.
 import gc
 import glob
 import os
+import signal
 import sys
 import tempfile
+
+# `tfm_ext.run.preemption.EXIT_CODE`, the restart code TensorFlow's
+# `PreemptionCheckpointHandler` uses.
+EXIT_CODE = 42
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 # Nested begin/end pairs (a launcher script around `tfm_ext.run.launcher`'s own):
 # the outermost pair pauses and resumes the collector.
@@ -35,9 +62,15 @@ _depth = 0
 _paused = False
 
 
-def begin() -> None:
-  """Quiets TensorFlow's start-up and pauses the collector; see the module."""
+def begin(signals: bool = True) -> None:
+  """Installs the signal handlers, quiets TensorFlow, pauses the collector.
+
+  `signals=False` is for a module's import (`tfm_ext.run.launcher`): a
+  process that imports the library keeps its own handlers until it runs.
+  """
   global _depth, _paused
+  if signals:
+    install_signals()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
   if _depth == 0 and gc.isenabled():
     gc.disable()
@@ -55,6 +88,26 @@ def end() -> None:
     _paused = False
   if _depth == 0:
     _list_devices_once()
+
+
+def message(signal_name: str) -> str:
+  """What a launcher says when `signal_name` stops it before its run."""
+  return (f"{signal_name} received during start-up: nothing to save yet; "
+          f"exit {EXIT_CODE} to be restarted.")
+
+
+def install_signals() -> None:
+  """From here until a `SignalWatcher` takes over, a signal exits 42."""
+  for sig in SIGNALS:
+    signal.signal(sig, _exit)
+
+
+def _exit(signum, frame) -> None:
+  del frame
+  # Unbuffered: the signal may have come while Python wrote to stderr.
+  os.write(sys.stderr.fileno(), (
+      f"preempted: {message(signal.Signals(signum).name)}\n").encode())
+  os._exit(EXIT_CODE)  # pylint: disable=protected-access
 
 
 _listed = False

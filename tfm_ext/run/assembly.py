@@ -216,8 +216,8 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                                supplied=supplied.eval_actions,
                                notified=notified["eval"])
   if held:  # A run that lost the lease stops before it writes more.
-    train_actions, eval_actions = ([held.check] + train_actions,
-                                   [held.check] + eval_actions)
+    train_actions, eval_actions = ([held.after_loop] + train_actions,
+                                   [held.after_loop] + eval_actions)
 
   console.quiet_orbit_controller()
   # Restores the latest checkpoint, if any.

@@ -17,9 +17,10 @@ def main() -> None:
   import sys  # pylint: disable=g-import-not-at-top
   if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
-  # A signal while TensorFlow loads: exit 42, nothing to save yet.
-  from tfm_ext.run import _startup_signals  # pylint: disable=g-import-not-at-top
-  _startup_signals.install()
-  from absl import app  # pylint: disable=g-import-not-at-top
-  import tfm_ext.run.launcher  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import _startup
+  _startup.begin()  # Signals exit 42, TensorFlow quiet (tfm_ext/run/_startup.py).
+  from absl import app
+  import tfm_ext.run.launcher
+  _startup.end()
   app.run(tfm_ext.run.launcher.main)

@@ -51,18 +51,17 @@ from tfm_ext.actions import best_checkpoint
 from tfm_ext.actions import console
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
-from tfm_ext.config import config_checks
+from tfm_ext.config import checks
 from tfm_ext.config import config_drift
 from tfm_ext.config import input_files
-from tfm_ext.config import model_dir_check
 from tfm_ext.config import params_file
-from tfm_ext.config import preflight
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir.run_summary import RunSummary
+from tfm_ext.model_dir import usable
 from tfm_ext.run import assembly
 from tfm_ext.run import failures
 from tfm_ext.run import modes
@@ -106,23 +105,24 @@ def prepare(request: RunRequest) -> Plan:
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)
   with failures.phase("model_dir", request.model_dir):
-    model_dir_check.check(request.model_dir)
+    usable.check_usable(request.model_dir)
   trainer_cls = trainers.get_trainer(params.trainer.name)
-  config_checks.check(params, trains=mode.trains, evaluates=mode.evaluates)
-  preflight.check_runtime(params.runtime)
-  notify.check(notify.url_of(request))
+  checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
+  notify.check_url(notify.url_of(request))
   strategy = strategies.build_strategy(params)
-  preflight.check(params, trains=mode.trains, evaluates=mode.evaluates,
-                  needs_checkpoint=mode.needs_checkpoint,
-                  model_dir=request.model_dir,
-                  strategy=strategy)
-  config_checks.check_best_checkpoint_metric(params, trainer_cls,
-                                             evaluates=mode.evaluates)
+  checks.check_with_strategy(params, trains=mode.trains,
+                             evaluates=mode.evaluates,
+                             needs_checkpoint=mode.needs_checkpoint,
+                             model_dir=request.model_dir, strategy=strategy)
+  checks.check_best_checkpoint_metric(params, trainer_cls,
+                                      evaluates=mode.evaluates)
   # Record framing of the local input files: a file cut short is exit 3
   # naming it, before anything is written.
-  input_files.check(params, trains=mode.trains, evaluates=mode.evaluates)
+  input_files.check_framing(params, trains=mode.trains,
+                            evaluates=mode.evaluates)
   if mode.trains:
-    config_drift.check(params, request.model_dir, request.allow_config_change)
+    config_drift.check_unchanged(params, request.model_dir,
+                                 request.allow_config_change)
   if request.checkpoint_path:
     if mode is not modes.MODES["export"]:
       raise UsageError(f"--checkpoint_path is for --mode=export, not "

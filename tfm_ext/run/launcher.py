@@ -29,7 +29,7 @@ with its traceback.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfm_ext.run import _startup
 
-_startup.begin()
+_startup.begin(signals=False)  # An import changes no signal handler.
 
 import importlib
 import os
@@ -45,13 +45,12 @@ from official.core import task_factory
 
 from tfm_ext import actions
 from tfm_ext.actions import console
-from tfm_ext.config import model_dir_check
 from tfm_ext.config import params as params_lib
 from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import run_summary
-from tfm_ext.run import _startup_signals
+from tfm_ext.model_dir import usable
 from tfm_ext.run import driver
 from tfm_ext.run import failures
 from tfm_ext.run import modes
@@ -203,9 +202,9 @@ def _where_python_looked(module: str, error: ImportError) -> str:
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
-  # A fork's script exits 42 on a signal from here on; ours from its first
-  # line (tfm_ext/run/_startup_signals.py).
-  _startup_signals.install()
+  # For a fork's script that did not call _startup.begin: a signal exits
+  # 42 from here until the run's handlers take over.
+  _startup.install_signals()
   console.hold_log()
   failures.reset()
   with failures.boundary():
@@ -243,7 +242,7 @@ def _request() -> driver.RunRequest:
   model_dir = os.path.expanduser(FLAGS.model_dir)
   # Before anything reads or writes it (an evaluator reads params.yaml).
   with failures.phase("model_dir", model_dir):
-    model_dir_check.check(model_dir)
+    usable.check_usable(model_dir)
   for name in UNREAD_TFM_FLAGS:
     if FLAGS[name].value:
       logging.warning("--%s=%s has no effect: TFM's train.py does not read "

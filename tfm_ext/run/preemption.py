@@ -3,8 +3,8 @@
 What a signal does is decided here, by when it comes:
 
     before the run (the imports)   exit 42 at once: `tfm_ext.run.
-                                   _startup_signals`, the one piece that
-                                   loads before TensorFlow
+                                   _startup`, the one piece that loads
+                                   before TensorFlow
     while the parts are built      exit 42 once they are, before anything is
                                    written (`SignalWatcher.check_start`:
                                    `StartUpInterrupted`)
@@ -39,10 +39,10 @@ from absl import logging
 import orbit
 import tensorflow as tf
 
-from tfm_ext.run import _startup_signals
+from tfm_ext.run import _startup
 
-EXIT_CODE = _startup_signals.EXIT_CODE
-SIGNALS = _startup_signals.SIGNALS
+EXIT_CODE = _startup.EXIT_CODE
+SIGNALS = _startup.SIGNALS
 
 
 class Preempted(Exception):
@@ -65,11 +65,11 @@ class StartUpInterrupted(Exception):
 
   Raised once the parts are built, before anything is written to
   `model_dir`; the launcher exits with `EXIT_CODE` without writing a run
-  summary. (Before the parts, `tfm_ext.run._startup_signals` ends the process.)
+  summary. (Before the parts, `tfm_ext.run._startup` ends the process.)
   """
 
   def __init__(self, signal_name: str):
-    super().__init__(_startup_signals.message(signal_name))
+    super().__init__(_startup.message(signal_name))
 
 
 class SecondSignal(KeyboardInterrupt):

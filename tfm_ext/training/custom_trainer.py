@@ -79,7 +79,7 @@ class CustomTrainer(base_trainer.Trainer):
   def __init__(self, config, task, model, optimizer, train=True,
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
-    input_files.check(config, trains=train, evaluates=evaluate)
+    input_files.check_framing(config, trains=train, evaluates=evaluate)
     self.input_threads = inputs.input_threads(config.runtime)
     host_iterator = None
     if (train and train_dataset is None

@@ -1,4 +1,4 @@
-"""Checks the config values the driver uses, before anything is written.
+"""Every check of the config, before anything is written: the rule table.
 
 TFM's overrides keep whatever YAML parsed (`trainer.train_steps=abc` is the
 string 'abc', `=100.5` a float, `=null` None), and stock TFM checks a value
@@ -11,18 +11,31 @@ what is accepted:
 
     trainer.steps_per_loop=0: give a positive whole number of steps.
 
-`check` runs before the strategy is built: types everywhere in `trainer`
-and `runtime` (a value of the wrong type is wrong in every mode), ranges of
-the fields the mode reads, and Orbit's rule that `summary_interval` is a
-multiple of `steps_per_loop`. A rule's field may be a pattern (`*` stands
-for any part of a dotted name) that covers every field it matches, in the
-branch a oneof selects (`learning_rate.type`): every learning rate of
-every schedule and warmup, every dropout rate anywhere in `task`, every
-whole number anywhere (TensorFlow counts steps in int64; Python's ints
-have no bound, and `train_steps=10**20` failed only once the run had
-started). `check_best_checkpoint_metric` runs once the strategy exists
-(it builds the task's metrics, and a multi-worker strategy must come
-before the first TensorFlow variable).
+The driver (`tfm_ext.run.driver.prepare`) calls them in this order:
+
+1. `check_values`, before the strategy is built: `RULES`, one row a field
+   (when the mode reads it, what it accepts), then the rules between
+   fields (Orbit's `summary_interval` a multiple of `steps_per_loop`, a
+   stepwise schedule's values and boundaries), types everywhere in
+   `trainer` and `runtime` by their annotations (`_config_types`: a value
+   of the wrong type is wrong in every mode), and `check_runtime` (the
+   strategy's name, GPUs this host has).
+2. `check_with_strategy`, once it exists: what needs its devices or
+   replicas (XLA, the batch split), the file system (input patterns that
+   match nothing, a checkpoint to evaluate, `task.init_checkpoint`).
+3. `check_best_checkpoint_metric`: it builds the task's metrics, and a
+   multi-worker strategy must come before the first TensorFlow variable.
+
+What the values name is checked by the module that knows it, called in the
+same sequence: the input files' records (`input_files`), the model_dir
+(`tfm_ext.model_dir.usable`), a resumed config (`config_drift`).
+
+A rule's field may be a pattern (`*` stands for any part of a dotted name)
+that covers every field it matches, in the branch a oneof selects
+(`learning_rate.type`): every learning rate of every schedule and warmup,
+every dropout rate anywhere in `task`, every whole number anywhere
+(TensorFlow counts steps in int64; Python's ints have no bound, and
+`train_steps=10**20` failed only once the run had started).
 
 TFM's meanings are kept: `validation_steps=-1` evaluates the whole
 validation set, `validation_interval=0` evaluates only after training,
@@ -40,7 +53,8 @@ import fnmatch
 import functools
 import math
 import os
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+import re
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -51,8 +65,13 @@ from official.core import config_definitions
 from official.core import task_factory
 
 from tfm_ext.config import _config_types
+from tfm_ext.config import _types
+from tfm_ext.config import input_files
 from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.run import devices as devices_lib
 from tfm_ext.training import custom_trainer
+from tfm_ext.training import registry
 
 # The name base_trainer gives its validation loss metric, logged by every
 # evaluation whose task reports a loss.
@@ -62,7 +81,16 @@ VALIDATION_LOSS = "validation_loss"
 # it compares with `==`, so TensorFlow's aliases ('half') pass too.
 MIXED_PRECISION_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 
-# Fields another check owns, with its own advice (`preflight.check_runtime`).
+# `official.common.distribute_utils.get_distribution_strategy`'s names.
+STRATEGIES = ("off", "one_device", "mirrored", "multi_worker_mirrored",
+              "parameter_server", "tpu")
+# The files of a checkpoint `prefix`: `prefix.index`, `prefix.data-0-of-1`.
+_CHECKPOINT_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
+# Those that run on this host's GPUs (`num_gpus` of them, each worker's
+# for multi_worker_mirrored; `off` on the default device, a GPU if any).
+GPU_STRATEGIES = ("off", "one_device", "mirrored", "multi_worker_mirrored")
+
+# Fields another check owns, with its own advice (`check_runtime`).
 CHECKED_ELSEWHERE = ("runtime.dataset_num_private_threads",)
 
 # TensorFlow's steps, sizes and seeds are int64.
@@ -81,9 +109,10 @@ class Use:
   @property
   def exports_best(self) -> bool:
     """Whether an exporter keeps best checkpoints (`best_checkpoint`'s rule)."""
-    trainer = self.params.trainer
-    return bool(self.evaluates and trainer.best_checkpoint_export_subdir
-                and trainer.best_checkpoint_eval_metric)
+    trainer_config = self.params.trainer
+    return bool(self.evaluates
+                and trainer_config.best_checkpoint_export_subdir
+                and trainer_config.best_checkpoint_eval_metric)
 
   @property
   def checks_loss(self) -> bool:
@@ -262,10 +291,11 @@ RULES = (
 )
 
 
-def check(params: config_definitions.ExperimentConfig, *, trains: bool,
-          evaluates: bool) -> None:
+def check_values(params: config_definitions.ExperimentConfig, *,
+                 trains: bool, evaluates: bool) -> None:
   """Raises `UsageError` for the first config value the mode cannot run.
 
+  `RULES`, the rules between fields, the types, then `check_runtime`.
   Needs no TensorFlow runtime: call it before the strategy is built. Logs a
   warning for a training run that will save no checkpoint.
   """
@@ -280,24 +310,146 @@ def check(params: config_definitions.ExperimentConfig, *, trains: bool,
                          f"{rule.accepted}.")
   if trains:
     _check_stepwise(leaves)
-  trainer = params.trainer
-  if trains and trainer.summary_interval is not None and (
-      trainer.summary_interval % trainer.steps_per_loop):
+  interval = params.trainer.summary_interval
+  steps_per_loop = params.trainer.steps_per_loop
+  if trains and interval is not None and interval % steps_per_loop:
     # Orbit's Controller refuses it, but not with the callable
     # steps_per_loop that `assembly` gives it.
     raise UsageError(
-        f"trainer.summary_interval={trainer.summary_interval} is not a "
-        f"multiple of trainer.steps_per_loop={trainer.steps_per_loop}: give "
-        f"a multiple of {trainer.steps_per_loop} (Orbit's Controller "
-        "requires one), or null for no summaries inside loops.")
+        f"trainer.summary_interval={interval} is not a multiple of "
+        f"trainer.steps_per_loop={steps_per_loop}: give a multiple of "
+        f"{steps_per_loop} (Orbit's Controller requires one), or null for no "
+        "summaries inside loops.")
   for section in ("trainer", "runtime"):
-    _config_types.check(getattr(params, section), section,
-                        skip=CHECKED_ELSEWHERE)
-  if trains and not trainer.checkpoint_interval:
+    _config_types.check_types(getattr(params, section), section,
+                              skip=CHECKED_ELSEWHERE)
+  if trains and not params.trainer.checkpoint_interval:
     logging.warning(
         "trainer.checkpoint_interval=%s: this run saves no checkpoint, so "
         "what it trains is lost when it ends; give a positive number of "
-        "steps to keep it.", _config_types.show(trainer.checkpoint_interval))
+        "steps to keep it.",
+        _config_types.show(params.trainer.checkpoint_interval))
+  check_runtime(params.runtime)
+
+
+def check_runtime(runtime) -> None:
+  """Checks the runtime config before any strategy is built."""
+  strategy = str(runtime.distribution_strategy)  # Lowercased by params.build.
+  if strategy not in STRATEGIES:
+    raise UsageError(registry.unknown_name_message(
+        "runtime.distribution_strategy", strategy, list(STRATEGIES),
+        known_as="TFM's strategies"))
+  num_gpus = runtime.num_gpus or 0  # Typed by `check_values` (null: 0).
+  if num_gpus < 0:
+    raise UsageError(f"runtime.num_gpus={num_gpus}: give a number of GPUs, "
+                     "0 or more (0: CPUs only).")
+  if strategy in ("off", "one_device") and num_gpus > 1:
+    raise UsageError(
+        f"runtime.distribution_strategy={strategy} runs on one device but "
+        f"runtime.num_gpus={num_gpus}; use mirrored for several GPUs.")
+  if strategy in GPU_STRATEGIES:
+    _check_gpus_present(num_gpus)
+  threads = runtime.dataset_num_private_threads
+  if threads is not None and (not _types.is_a(threads, int) or threads < 0):
+    raise UsageError(
+        f"runtime.dataset_num_private_threads={threads!r}: give a number of "
+        "threads (0: tf.data's own pool), or leave it unset (half the cores "
+        "when training on CPUs, else tf.data's pool).")
+  if strategy == "tpu" and not runtime.tpu:
+    raise UsageError(
+        "runtime.distribution_strategy=tpu needs a TPU address: pass --tpu "
+        "(a Cloud TPU name or grpc://host:8470) or set runtime.tpu.")
+
+
+def check_with_strategy(params: config_definitions.ExperimentConfig, *,
+                        trains: bool, evaluates: bool, needs_checkpoint: bool,
+                        model_dir: str,
+                        strategy: tf.distribute.Strategy) -> None:
+  """Raises `UsageError` for the first problem the strategy or files show.
+
+  What needs the strategy's devices or replicas, and what the config
+  names on the file system: input patterns, the checkpoint a mode that
+  does not train needs, `task.init_checkpoint`.
+  """
+  devices = devices_lib.local_devices(strategy)
+  if trains:
+    try:
+      devices_lib.xla_scope(params.runtime, devices)
+    except ValueError as e:
+      raise UsageError(str(e)) from e
+  if (trains and params.trainer.train_tf_while_loop
+      and not params.trainer.train_tf_function):
+    raise UsageError(
+        "trainer.train_tf_while_loop=true needs trainer.train_tf_function="
+        "true (a tf.while_loop runs only inside a tf.function); set "
+        "train_tf_while_loop=false to train eagerly.")
+  num_replicas = strategy.num_replicas_in_sync
+  datasets = []
+  if trains:
+    datasets.append(("task.train_data", params.task.train_data))
+  if evaluates:
+    datasets.append(("task.validation_data", params.task.validation_data))
+  for where, data in datasets:
+    _check_batch(where, data, num_replicas)
+    if input_files.reads_files(params.task, data):
+      _check_input_path(where, data)
+  if needs_checkpoint and not checkpoint_state.latest(model_dir):
+    raise UsageError(
+        f"No checkpoint in --model_dir={model_dir!r} to evaluate or export. "
+        "Train first "
+        "(--mode=train or train_and_eval), or point --model_dir at a "
+        "directory that holds checkpoints.")
+  if trains and not checkpoint_state.latest(model_dir):
+    check_init_checkpoint(getattr(params.task, "init_checkpoint", None))
+
+
+def check_init_checkpoint(source) -> None:
+  """Refuses a `task.init_checkpoint` that holds no checkpoint to start from.
+
+  Read as TFM's tasks read it (`base_task.Task.initialize`, the vision
+  tasks): a directory stands for its latest checkpoint
+  (`tf.train.latest_checkpoint`), anything else is a checkpoint prefix
+  that `tf.train.Checkpoint.read` restores. Left to them, a directory
+  without one trains from scratch, said only in an INFO line; a missing
+  path or another file fails once the run has started; an `.index` file
+  restores nothing. Call it only for a run that trains and has no
+  checkpoint of its own: the task reads it only then (the checkpoint
+  manager's `init_fn`), a resumed run ignores it.
+  """
+  if not source:
+    return
+  field = f"task.init_checkpoint={source!r}"
+  todo = ("Give a checkpoint prefix (.../ckpt-1000, the name before .index), "
+          "a directory a run saved checkpoints in, or task.init_checkpoint="
+          "'' to train from scratch.")
+  path = source
+  if tf.io.gfile.isdir(source):
+    path = tf.train.latest_checkpoint(source)
+    if not path:
+      indexes = sorted(tf.io.gfile.glob(os.path.join(source, "*.index")))
+      seen = (f" (it holds {os.path.basename(indexes[-1])}: give its prefix "
+              f"{indexes[-1][:-len('.index')]!r})" if indexes else "")
+      raise UsageError(
+          f"{field} is a directory without a checkpoint that "
+          "tf.train.latest_checkpoint finds (a 'checkpoint' state file "
+          f"naming one){seen}: TFM would train from scratch. {todo}")
+  prefix = _CHECKPOINT_FILE.sub("", path)
+  if prefix != path and tf.io.gfile.exists(prefix + ".index"):
+    raise UsageError(f"{field} is a file of the checkpoint {prefix!r}, "
+                     "which TensorFlow reads by its prefix (read by this "
+                     f"file's name, it restores nothing): give {prefix!r}.")
+  try:
+    variables = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  except tf.errors.NotFoundError as e:
+    raise UsageError(f"{field} names nothing: no directory, file or "
+                     f"checkpoint prefix (no {path}.index). {todo}") from e
+  except (tf.errors.OpError, ValueError) as e:
+    reason = (e.message if isinstance(e, tf.errors.OpError) else str(e))
+    raise UsageError(f"{field}: {path!r} is not a checkpoint TensorFlow "
+                     f"can read ({reason.splitlines()[0]}). {todo}") from e
+  if not variables:
+    raise UsageError(f"{field}: {path!r} holds no variables, so nothing "
+                     f"would be restored from it. {todo}")
 
 
 def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
@@ -420,3 +572,45 @@ def _built(build: Callable[[], Any]) -> Any:
 
 def _names(metrics) -> List[str]:
   return [metric.name for metric in metrics]
+
+
+def _check_gpus_present(num_gpus: int) -> None:
+  """Refuses `runtime.num_gpus` above the GPUs TensorFlow sees here.
+
+  TFM builds its strategy on `GPU:0`..`GPU:<num_gpus - 1>` without
+  looking: on a host with fewer, a run fails once started or runs on
+  the CPU (soft placement), said nowhere.
+  """
+  present = len(tf.config.list_physical_devices("GPU"))
+  if num_gpus > present:
+    seen = f"only {present}" if present else "no GPU"
+    raise UsageError(
+        f"runtime.num_gpus={num_gpus}, but TensorFlow sees {seen} on this "
+        "host (tf.config.list_physical_devices('GPU'); a TensorFlow "
+        "without CUDA, missing drivers or CUDA_VISIBLE_DEVICES hide them): "
+        f"give runtime.num_gpus={present} or less (0: CPUs only).")
+
+
+def _check_batch(where: str, data, num_replicas: int) -> None:
+  batch = getattr(data, "global_batch_size", None)
+  if batch and batch % num_replicas:
+    raise UsageError(
+        f"{where}.global_batch_size={batch} cannot be split evenly across "
+        f"{num_replicas} replicas; use a multiple of {num_replicas}.")
+
+
+def _patterns(input_path) -> List[str]:
+  if isinstance(input_path, str):
+    return [p for p in input_path.split(",") if p]
+  if isinstance(input_path, Iterable):
+    return [p for item in input_path for p in _patterns(item)]
+  return []  # A Config of named paths (combined datasets): the task checks.
+
+
+def _check_input_path(where: str, data) -> None:
+  if getattr(data, "tfds_name", ""):
+    return
+  for pattern in _patterns(getattr(data, "input_path", "")):
+    if not tf.io.gfile.glob(pattern):
+      raise UsageError(
+          f"{where}.input_path pattern {pattern!r} matches no file.")

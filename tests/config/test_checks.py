@@ -14,7 +14,7 @@ import pytest
 from conftest import assert_clean_usage_error
 
 from experiments import digits_convnet
-from tfm_ext.config import config_checks
+from tfm_ext.config import checks
 from tfm_ext.config import params as params_lib
 from tfm_ext.errors import UsageError
 from tfm_ext.run import driver
@@ -231,7 +231,7 @@ def test_an_evaluator_does_not_check_what_only_training_reads():
                  "task.train_data.global_batch_size=0,"
                  f"trainer.validation_interval=-1,{LR}=-1,"
                  f"{SCHEDULE}.cosine.decay_steps=0")
-  config_checks.check(params, trains=False, evaluates=True)
+  checks.check_values(params, trains=False, evaluates=True)
 
 
 def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
@@ -242,7 +242,7 @@ def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
 
 def test_nested_metric_name_is_judged_by_its_first_part():
   params = build("trainer.best_checkpoint_eval_metric='accuracy|top1'")
-  config_checks.check_best_checkpoint_metric(
+  checks.check_best_checkpoint_metric(
       params, custom_trainer.CustomTrainer, evaluates=True)
 
 
@@ -254,15 +254,15 @@ def test_metric_names_that_cannot_be_known_are_not_refused(monkeypatch):
     def eval_end(self, aggregated_logs=None):
       return dict(super().eval_end(aggregated_logs), extra=1.0)
 
-  config_checks.check_best_checkpoint_metric(params, OwnEvalEnd,
+  checks.check_best_checkpoint_metric(params, OwnEvalEnd,
                                              evaluates=True)
   with pytest.raises(UsageError):  # The stock eval_end does not log it...
-    config_checks.check_best_checkpoint_metric(
+    checks.check_best_checkpoint_metric(
         params, custom_trainer.CustomTrainer, evaluates=True)
   # ... but a task that reduces aggregated logs may.
   monkeypatch.setattr(digits_convnet.DigitsTask, "reduce_aggregated_logs",
                       lambda self, logs, global_step=None: {"extra": 1.0})
-  config_checks.check_best_checkpoint_metric(
+  checks.check_best_checkpoint_metric(
       params, custom_trainer.CustomTrainer, evaluates=True)
 
 
@@ -273,7 +273,7 @@ def test_the_models_own_metrics_count(monkeypatch):
       digits_convnet.DigitsTask, "build_model",
       lambda self: types.SimpleNamespace(
           metrics=[types.SimpleNamespace(name="auc")]))
-  config_checks.check_best_checkpoint_metric(
+  checks.check_best_checkpoint_metric(
       params, custom_trainer.CustomTrainer, evaluates=True)
 
 
@@ -293,7 +293,7 @@ def resnet(override=""):
 
 
 def test_tfms_own_experiment_passes_the_rules():
-  config_checks.check(resnet(), trains=True, evaluates=True)
+  checks.check_values(resnet(), trains=True, evaluates=True)
 
 
 @pytest.mark.parametrize("field, value", [
@@ -306,5 +306,5 @@ def test_tfms_own_experiment_passes_the_rules():
 def test_the_rules_cover_every_such_field_of_tfms_own_experiment(field,
                                                                  value):
   with pytest.raises(UsageError, match=f"^{field}="):
-    config_checks.check(resnet(f"{field}={value}"), trains=True,
+    checks.check_values(resnet(f"{field}={value}"), trains=True,
                         evaluates=True)

@@ -1,7 +1,8 @@
 """Whether a `model_dir` can be used, checked before anything is written.
 
 Every mode writes into `model_dir` (a checkpoint, a record, a summary, the
-log), so before the first byte goes anywhere `check` makes sure it can:
+log), so before the first byte goes anywhere `check_usable` makes sure
+it can:
 
 * its path holds no glob metacharacter (`*`, `?`, `[`): TensorFlow's
   `CheckpointManager` and the best-checkpoint exporter delete old
@@ -46,8 +47,8 @@ BUCKETS = ("gs", "s3")
 _checked = set()
 
 
-def check(model_dir: str, *,
-          store_timeout: float = STORE_TIMEOUT_SECONDS) -> None:
+def check_usable(model_dir: str, *,
+                 store_timeout: float = STORE_TIMEOUT_SECONDS) -> None:
   """Raises `UsageError` if `model_dir` cannot be written; writes nothing."""
   if model_dir in _checked:
     return
@@ -125,7 +126,7 @@ def _check_store(model_dir: str, timeout: float) -> None:
       result["error"] = e
 
   thread = threading.Thread(target=stat, daemon=True,
-                            name="tfm_ext_model_dir_check")
+                            name="tfm_ext_model_dir_usable")
   thread.start()
   thread.join(timeout)
   where = f"--model_dir={model_dir!r}"
