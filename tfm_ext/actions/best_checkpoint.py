@@ -47,15 +47,15 @@ UNRANKED = files.UNRANKED
 def maybe_create(params: config_definitions.ExperimentConfig,
                  model_dir: str) -> Optional["TopKCheckpointExporter"]:
   """Returns the exporter that `params.trainer` asks for, or None."""
-  trainer = params.trainer
-  if not (model_dir and trainer.best_checkpoint_export_subdir
-          and trainer.best_checkpoint_eval_metric):
+  trainer_config = params.trainer
+  if not (model_dir and trainer_config.best_checkpoint_export_subdir
+          and trainer_config.best_checkpoint_eval_metric):
     return None
   return TopKCheckpointExporter(
-      os.path.join(model_dir, trainer.best_checkpoint_export_subdir),
-      metric_name=trainer.best_checkpoint_eval_metric,
-      metric_comp=trainer.best_checkpoint_metric_comp,
-      k=getattr(trainer, "best_checkpoint_top_k", 1))
+      os.path.join(model_dir, trainer_config.best_checkpoint_export_subdir),
+      metric_name=trainer_config.best_checkpoint_eval_metric,
+      metric_comp=trainer_config.best_checkpoint_metric_comp,
+      k=getattr(trainer_config, "best_checkpoint_top_k", 1))
 
 
 def best_of(model_dir: str, trainer_config) -> Dict[str, Any]:

@@ -83,11 +83,13 @@ def _train_and_post_eval(ctx: ModeContext) -> Logs:
 
 
 def _continuous_eval(ctx: ModeContext) -> Logs:
-  trainer = ctx.params.trainer
+  trainer_config = ctx.params.trainer
   return continuous_eval.evaluate_continuously(
       ctx.controller, model_dir=ctx.model_dir,
-      eval_steps=trainer.validation_steps, train_steps=trainer.train_steps,
-      timeout=trainer.continuous_eval_timeout, should_stop=ctx.should_stop)
+      eval_steps=trainer_config.validation_steps,
+      train_steps=trainer_config.train_steps,
+      timeout=trainer_config.continuous_eval_timeout,
+      should_stop=ctx.should_stop)
 
 
 def _export(ctx: ModeContext) -> Logs:
