@@ -20,9 +20,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfm_ext.run import _startup
 
-# As in launchers/train.py: a signal exits 42, TensorFlow quiet, no
-# collections while importing.
-_startup.begin()
+# As in launchers/train.py: TensorFlow quiet, no collections while
+# importing. Python's own signals: this tool runs no job that a restart
+# resumes, so a signal is no preemption (no exit 42).
+_startup.begin(signals=False)
 from absl import app
 from absl import flags
 import tensorflow as tf

@@ -65,8 +65,10 @@ _paused = False
 def begin(signals: bool = True) -> None:
   """Installs the signal handlers, quiets TensorFlow, pauses the collector.
 
-  `signals=False` is for a module's import (`tfm_ext.run.launcher`): a
-  process that imports the library keeps its own handlers until it runs.
+  `signals=False` is for a module's import (`tfm_ext.run.launcher`: a
+  process that imports the library keeps its own handlers until it runs)
+  and for a tool that runs no job a restart resumes
+  (`launchers/export_resnet.py`).
   """
   global _depth, _paused
   if signals:
