@@ -69,6 +69,38 @@ def data_dir(tmp_path_factory):
   return path
 
 
+def tiny_manager(model_dir, max_to_keep, records_unwatched=False):
+  """A trainer's manager of a tiny checkpoint, and `save(step)`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfm_ext.model_dir import checkpointing  # pylint: disable=g-import-not-at-top
+  step = tf.Variable(0, dtype=tf.int64)
+  trainer = types.SimpleNamespace(
+      checkpoint=tf.train.Checkpoint(step=step, w=tf.Variable([1.0])),
+      global_step=step)
+  manager = checkpointing.build_manager(
+      trainer, model_dir, types.SimpleNamespace(checkpoint_interval=1),
+      evaluates_only=False, init_fn=None, max_to_keep=max_to_keep,
+      before_save=lambda: None, records_unwatched=records_unwatched)
+
+  def save(at):
+    step.assign(at)
+    assert manager.save(checkpoint_number=at) is not None
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{at}")
+
+  return manager, save
+
+
+def checkpoint_steps(model_dir):
+  """The steps of the checkpoints in `model_dir`, and the same listed."""
+  from tfm_ext.model_dir import checkpoint_state  # pylint: disable=g-import-not-at-top
+  steps = [checkpoint_state.step_of(p)
+           for p in checkpoint_state.checkpoint_files(model_dir)]
+  listed = [checkpoint_state.step_of(p)
+            for p in checkpoint_state.read_state(model_dir)[0]]
+  assert listed == steps  # The state file lists what is kept, no more.
+  return steps
+
+
 def numeric_tensors(checkpoint_path):
   """Every numeric tensor of a checkpoint (the iterator's state is not)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

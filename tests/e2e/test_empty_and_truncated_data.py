@@ -1,16 +1,15 @@
 """An evaluation of nothing, and input files cut short, never pass silently.
 
 Evaluations that read no batch (`tfm_ext.training.eval_count`) and TFRecord files
-whose framing ends early (`tfm_ext.config.input_files`), on real digits runs and
-real files.
+whose framing ends early (`tfm_ext.config.input_files`, its checks of single
+files in tests/config/test_input_files.py), on real digits runs and real
+files.
 """
 
 import dataclasses
 import json
 import os
 import shutil
-import struct
-import types
 
 import pytest
 import tensorflow as tf
@@ -20,9 +19,11 @@ from official.core import task_factory
 from official.core import train_utils
 
 from experiments import digits_convnet
+from digits_records import bundled
+from digits_records import cut_copy
+from digits_records import digits_data
+from digits_records import record_offsets
 from tfm_ext.actions import best_checkpoint
-from tfm_ext.config import input_files
-from tfm_ext.errors import RunFailed
 from tfm_ext.run import continuous_eval
 from tfm_ext.training import eval_count
 
@@ -33,33 +34,6 @@ CADENCE = ("trainer.steps_per_loop=10,trainer.summary_interval=10,"
 # 360 validation images: no batch of 400 once the remainder is dropped.
 NO_BATCH = ("task.validation_data.global_batch_size=400,"
             "task.validation_data.drop_remainder=true")
-
-
-def bundled(split):
-  """The cached digits TFRecord file of `split` (1,437 train, 360 val)."""
-  return digits_convnet.bundled_tfrecords(split)
-
-
-def record_offsets(data: bytes):
-  """Where each record of a TFRecord file's bytes starts, and the end."""
-  offsets = [0]
-  while offsets[-1] < len(data):
-    length = struct.unpack("<Q", data[offsets[-1]:offsets[-1] + 8])[0]
-    offsets.append(offsets[-1] + 16 + length)
-  return offsets
-
-
-def cut_copy(tmp_path, name, bytes_into_record_480):
-  """The digits training file cut `bytes_into_record_480` into record 480."""
-  with open(bundled("train"), "rb") as f:
-    data = f.read()
-  path = tmp_path / name
-  path.write_bytes(data[:record_offsets(data)[479] + bytes_into_record_480])
-  return str(path)
-
-
-def records_read(path):
-  return sum(1 for _ in tf.data.TFRecordDataset(path))
 
 
 def best_entries(model_dir):
@@ -233,102 +207,6 @@ def test_tfm_base_trainer_in_the_launcher_exits_3_on_an_empty_evaluation(
 
 
 # -- B. Input files cut short or unreadable --------------------------------
-
-
-def digits_data(input_path, is_training=True):
-  return digits_convnet.DigitsTaskConfig().train_data.replace(
-      input_path=input_path, is_training=is_training)
-
-
-def test_tensorflow_reads_a_file_cut_in_a_header_silently_the_check_refuses(
-    tmp_path):
-  cut = cut_copy(tmp_path, "train.tfrecord", 5)  # 5 of 12 header bytes.
-  assert records_read(cut) == 479  # Of 1,437, without a word: measured.
-  with pytest.raises(RunFailed) as e:
-    input_files.check_data("task.train_data", digits_data(cut))
-  assert str(e.value).startswith(f"task.train_data.input_path='{cut}': {cut} "
-                                 "is cut short"), e.value
-  assert "5 byte(s) into the header of record 480" in str(e.value)
-  assert "479 whole record(s)" in str(e.value)
-
-
-@pytest.mark.parametrize("into, tensorflow", [
-    (12, "truncated record"),  # The header whole, no data.
-    (100, "truncated record"),  # Within the data.
-    (-2, "truncated record"),  # Within record 479's data checksum.
-])
-def test_a_file_cut_after_a_header_is_refused_naming_it(tmp_path, into,
-                                                        tensorflow):
-  cut = cut_copy(tmp_path, "train.tfrecord", into)
-  with pytest.raises(tf.errors.DataLossError, match=tensorflow) as raised:
-    records_read(cut)
-  assert cut not in raised.value.message  # TensorFlow does not name it.
-  with pytest.raises(RunFailed, match=f"{cut} is cut short: record "):
-    input_files.check_data("task.train_data", digits_data(cut))
-
-
-def test_a_file_cut_between_records_is_whole_to_everyone(tmp_path):
-  cut = cut_copy(tmp_path, "train.tfrecord", 0)
-  assert records_read(cut) == 479
-  input_files.check_data("task.train_data", digits_data(cut))
-  assert input_files.record_count(digits_data(cut)) == 479
-
-
-def test_a_header_that_does_not_match_its_checksum_is_corrupted(tmp_path):
-  with open(bundled("train"), "rb") as f:
-    data = bytearray(f.read())
-  data[record_offsets(data)[300] + 3] ^= 0x40  # Record 301's length.
-  path = tmp_path / "train.tfrecord"
-  path.write_bytes(bytes(data))
-  with pytest.raises(RunFailed, match="the header of record 301 .* does not "
-                     "match its checksum"):
-    input_files.check_data("task.train_data", digits_data(str(path)))
-
-
-def test_every_bad_file_of_a_pattern_is_named_the_good_ones_are_not(
-    tmp_path):
-  shutil.copy(bundled("train"), tmp_path / "train-0.tfrecord")
-  cut_copy(tmp_path, "train-1.tfrecord", 5)
-  cut_copy(tmp_path, "train-2.tfrecord", 100)
-  pattern = str(tmp_path / "train-*.tfrecord")
-  with pytest.raises(RunFailed) as e:
-    input_files.check_data("task.train_data", digits_data(pattern))
-  message = str(e.value)
-  assert message.startswith(f"task.train_data.input_path='{pattern}': ")
-  assert "train-1.tfrecord is cut short" in message
-  assert "train-2.tfrecord is cut short" in message
-  assert "train-0.tfrecord" not in message
-
-
-def test_a_directory_and_a_missing_file_are_refused_naming_them(tmp_path):
-  with pytest.raises(RunFailed, match=f"{tmp_path} is a directory"):
-    input_files.check_data("task.train_data", digits_data(str(tmp_path)))
-  gone = str(tmp_path / "gone.tfrecord")  # Listed, then deleted.
-  with pytest.raises(RunFailed, match=f"{gone} does not exist"):
-    input_files.check_data("task.validation_data", digits_data(gone))
-
-
-def test_files_that_are_not_tfrecords_are_left_to_the_task(tmp_path):
-  csv = tmp_path / "train.csv"
-  csv.write_text("label,pixels\n" + "3,0 1 2 3\n" * 1000)
-  input_files.check_data("task.train_data", digits_data(str(csv)))
-  assert input_files.record_count(digits_data(str(csv))) is None
-  compressed = types.SimpleNamespace(input_path=cut_copy(tmp_path, "t.gz", 5),
-                                     file_type="tfrecord_compressed")
-  input_files.check_data("task.train_data", compressed)  # Not walked.
-
-
-def test_only_empty_training_files_are_refused(tmp_path):
-  empty = tmp_path / "empty.tfrecord"
-  empty.write_bytes(b"")
-  with pytest.raises(RunFailed, match="every file it names is empty"):
-    input_files.check_data("task.train_data", digits_data(str(empty)),
-                           need_records=True)
-  # Beside a file with records it is a shard like another.
-  both = f"{empty},{bundled('train')}"
-  input_files.check_data("task.train_data", digits_data(both),
-                         need_records=True)
-  assert input_files.record_count(digits_data(both)) == 1437
 
 
 def test_training_on_a_cut_short_file_exits_3_before_its_first_step(

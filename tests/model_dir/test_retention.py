@@ -1,0 +1,104 @@
+"""What a save's sweep keeps for a live evaluator, and what it records.
+
+A trainer's `max_to_keep` waits for a live evaluator, bounded at
+`2 x max_to_keep`; a `train` job records what it rotates away unwatched
+(`tfm_ext.model_dir.retention`). End to end, with real trainers and
+evaluators: tests/e2e/test_evaluator_sees_every_checkpoint.py.
+"""
+
+import json
+import os
+import socket
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import checkpoint_steps
+from conftest import tiny_manager
+from tfm_ext.model_dir import eval_claims
+from tfm_ext.run import continuous_eval
+
+
+def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
+    tmp_path, caplog):
+  model_dir = str(tmp_path)
+  _, save = tiny_manager(model_dir, max_to_keep=2)
+  for step in (1, 2, 3):
+    save(step)
+  assert checkpoint_steps(model_dir) == [2, 3]  # No evaluator: TensorFlow's rule.
+  with eval_claims.announced(model_dir):
+    save(4)
+    assert checkpoint_steps(model_dir) == [2, 3, 4]  # ckpt-2 waits for it.
+    continuous_eval.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
+                                                 "evaluated")
+    save(5)
+    assert checkpoint_steps(model_dir) == [3, 4, 5]  # Recorded: rotated away.
+    save(6)
+    assert checkpoint_steps(model_dir) == [3, 4, 5, 6]  # 2 x max_to_keep.
+    save(7)
+    assert checkpoint_steps(model_dir) == [4, 5, 6, 7]  # The oldest waiting goes,
+    missing = continuous_eval.read_ledger(model_dir)[-1]  # recorded so.
+    assert (missing["checkpoint"], missing["status"]) == ("ckpt-3", "missing")
+    assert "2 x max_to_keep" in missing["why"]
+    assert "Deleted ckpt-3, by the trainer before any evaluator recorded it" in (
+        caplog.text)
+    assert not continuous_eval.listed_checkpoints(model_dir)[0].endswith(
+        "ckpt-3")
+  # The evaluator stopped (its presence removed). A resumed trainer lists
+  # what was kept, and its next save keeps nothing extra.
+  assert not tf.io.gfile.listdir(os.path.join(model_dir,
+                                              eval_claims.PRESENCE))
+  _, save = tiny_manager(model_dir, max_to_keep=2)
+  save(8)
+  assert checkpoint_steps(model_dir) == [7, 8]
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_a_train_job_records_what_it_rotates_away_unwatched(tmp_path, records):
+  model_dir = str(tmp_path)
+  _, save = tiny_manager(model_dir, max_to_keep=2, records_unwatched=records)
+  for step in (1, 2, 3):
+    save(step)
+  with eval_claims.announced(model_dir):
+    save(4)  # Kept for the evaluator: not recorded.
+    continuous_eval.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
+                                                 "evaluated")
+  save(5)  # Gone again: ckpt-2 (evaluated) and ckpt-3 rotate away.
+  entries = continuous_eval.read_ledger(model_dir)
+  missing = [(e["global_step"], e["evaluator"], e["why"]) for e in entries
+             if e["status"] == "missing"]
+  assert checkpoint_steps(model_dir) == [4, 5]
+  why = continuous_eval.UNWATCHED
+  assert missing == ([(1, "trainer", why), (3, "trainer", why)] if records
+                     else [])
+  assert [e["status"] for e in entries if e["global_step"] == 2] == [
+      "evaluated"]
+
+
+@pytest.mark.parametrize("presence", [
+    {"host": "another-host", "heartbeat_age": 10 * 60},  # Stale.
+    {"host": socket.gethostname(), "heartbeat_age": 0, "pid": "dead"},
+])
+def test_a_dead_or_stale_evaluator_keeps_nothing_extra(tmp_path, presence):
+  model_dir = str(tmp_path)
+  record = {"owner": "evaluator-x", "host": presence["host"],
+            "pid_space": "", "pid": 1 << 30, "since": time.time(),
+            "heartbeat": time.time() - presence["heartbeat_age"]}
+  if presence.get("pid") == "dead":  # Killed on this machine: pid gone.
+    from tfm_ext.model_dir import lease  # pylint: disable=g-import-not-at-top
+    record["pid_space"] = lease.pid_space()
+    assert not lease.pid_alive(record["pid"])
+  tf.io.gfile.makedirs(os.path.join(model_dir, eval_claims.PRESENCE))
+  with open(os.path.join(model_dir, eval_claims.PRESENCE, "x.json"), "w") as f:
+    json.dump(record, f)
+  _, save = tiny_manager(model_dir, max_to_keep=2)
+  for step in (1, 2, 3, 4):
+    save(step)
+  assert checkpoint_steps(model_dir) == [3, 4]
+  # The same record renewed just now, with a live pid: it waits.
+  record.update(heartbeat=time.time(), pid=os.getpid())
+  with open(os.path.join(model_dir, eval_claims.PRESENCE, "x.json"), "w") as f:
+    json.dump(record, f)
+  save(5)
+  assert checkpoint_steps(model_dir) == [3, 4, 5]
