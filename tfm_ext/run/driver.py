@@ -60,8 +60,8 @@ from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
-from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.model_dir import usable
+from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
 from tfm_ext.run import failures
 from tfm_ext.run import modes
