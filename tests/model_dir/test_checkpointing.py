@@ -3,9 +3,10 @@
 import os
 import types
 
+import numpy as np
 import pytest
-
 import tensorflow as tf
+import tf_keras
 
 from conftest import checkpoint_steps
 from conftest import tiny_manager
@@ -14,23 +15,45 @@ from tfm_ext.model_dir import checkpointing
 
 
 class _Trainer:
-  """What `build_manager` reads of a trainer."""
+  """What `build_manager` reads of a trainer: a weight, its optimizer's
+  slot, and a head layer built at the first step (its value deferred)."""
 
   def __init__(self):
     self.global_step = tf.Variable(0, dtype=tf.int64)
-    self.weight = tf.Variable(0.0)
-    self.checkpoint = tf.train.Checkpoint(global_step=self.global_step,
-                                          weight=self.weight)
+    self.weight = tf.Variable(tf.zeros([64]))
+    self.head = tf_keras.layers.Dense(1, use_bias=False)
+    self.optimizer = tf_keras.optimizers.legacy.SGD(0.5, momentum=0.5)
+    self.checkpoint = tf.train.Checkpoint(
+        global_step=self.global_step, weight=self.weight, head=self.head,
+        optimizer=self.optimizer)
+
+  def step(self):
+    """One step: builds the head, creates the slot unless it was restored."""
+    self.head(tf.ones([1, 64]))
+    self.optimizer.apply_gradients([(tf.ones([64]), self.weight)])
+
+  def values(self):
+    slot = self.optimizer.get_slot(self.weight, "momentum")
+    return (int(self.global_step.numpy()), float(self.weight[0].numpy()),
+            float(slot[0].numpy()), float(self.head.kernel[0, 0].numpy()))
 
 
 def _save(directory, *steps):
-  """Saves a checkpoint at each of `steps` with weight == step, as a trainer."""
+  """Saves a checkpoint at each of `steps`, as a trainer: weight == step.
+
+  The slot holds `step / 1000` and the head `step + 0.5`, so each value
+  tells its step.
+  """
   trainer = _Trainer()
+  trainer.step()
   manager = tf.train.CheckpointManager(trainer.checkpoint, directory,
                                        max_to_keep=5)
   for step in steps:
     trainer.global_step.assign(step)
-    trainer.weight.assign(float(step))
+    trainer.weight.assign(tf.fill([64], float(step)))
+    trainer.optimizer.get_slot(trainer.weight, "momentum").assign(
+        tf.fill([64], step / 1000))
+    trainer.head.kernel.assign(tf.fill([64, 1], step + 0.5))
     manager.save(checkpoint_number=step)
 
 
@@ -40,20 +63,126 @@ def _manager(directory, trainer, **kwargs):
       evaluates_only=False, init_fn=None, max_to_keep=5, **kwargs)
 
 
+def _stepped_from(path):
+  """A trainer's values one step after TF's own restore of `path`."""
+  trainer = _Trainer()
+  status = trainer.checkpoint.restore(path)
+  trainer.step()
+  status.assert_consumed()
+  return trainer.values()
+
+
+def _start(trainer):
+  return checkpointing.StartRestore(trainer.checkpoint,
+                                    tf.distribute.get_strategy(), trains=True)
+
+
+def _garble(path, value):
+  """Overwrites the bytes of a tensor filled with `value`: its checksum fails."""
+  data_file = path + ".data-00000-of-00001"
+  with open(data_file, "rb") as f:
+    data = f.read()
+  pattern = np.full([64], value, np.float32).tobytes()
+  at = data.index(pattern)
+  with open(data_file, "r+b") as f:
+    f.seek(at)
+    f.write(b"\xff" * 16)
+
+
+@pytest.fixture
+def read_back(monkeypatch):
+  """The names of the tensors the start's check reads back itself."""
+  names = []
+  real = checkpoint_state._read_back  # pylint: disable=protected-access
+
+  def spy(path, dtypes, sizes):
+    names.extend(dtypes)
+    return real(path, dtypes, sizes)
+
+  monkeypatch.setattr(checkpoint_state, "_read_back", spy)
+  return names
+
+
 def test_the_start_restores_what_it_checked_not_a_newer_save(tmp_path):
   directory = str(tmp_path)
   _save(directory, 1)
-  checked = checkpoint_state.repair(directory)
+  trainer = _Trainer()
+  checked = checkpoint_state.repair(directory, restore=_start(trainer))
   assert checked.endswith("-1")
   _save(directory, 2)  # Another job saves while this one builds its parts.
-  trainer = _Trainer()
-  manager = _manager(directory, trainer, verified=checked)
+  manager = _manager(directory, trainer, started_from=checked)
   assert manager.latest_checkpoint.endswith("-2")  # What TF's would restore.
   assert manager.restore_or_initialize() == checked
-  assert (int(trainer.global_step.numpy()), trainer.weight.numpy()) == (1, 1.0)
+  trainer.step()
+  assert trainer.values() == _stepped_from(checked)
   # A later restore (a divergence rollback) restores the latest, as TF's.
   assert manager.restore_or_initialize().endswith("-2")
-  assert trainer.weight.numpy() == 2.0
+  assert trainer.weight.numpy()[0] == 2.0
+
+
+def test_the_start_reads_each_tensor_of_its_checkpoint_once(tmp_path,
+                                                            read_back):
+  directory = str(tmp_path)
+  _save(directory, 1, 2)
+  trainer = _Trainer()
+  start = _start(trainer)
+  assert checkpoint_state.repair(directory, restore=start).endswith("-2")
+  every = set(tf.train.load_checkpoint(f"{directory}/ckpt-2")
+              .get_variable_to_dtype_map())
+  read = checkpointing.tensors_read(start.status)
+  # The restore read the weight and its slot, which it created; the head,
+  # built at the first step, and the optimizer's step and hyperparameters,
+  # created there too, were read back by the check.
+  assert {"weight/.ATTRIBUTES/VARIABLE_VALUE",
+          "weight/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/"
+          "VARIABLE_VALUE"} <= read
+  assert set(read_back) == {name for name in every if name.startswith(
+      ("head/", "optimizer/"))}
+  assert "head/kernel/.ATTRIBUTES/VARIABLE_VALUE" in read_back
+  assert read | set(read_back) == every and not read & set(read_back)
+  assert trainer.weight.numpy()[0] == 2.0
+
+
+def test_an_evaluators_start_reads_the_slots_once_and_creates_none(
+    tmp_path, read_back):
+  directory = str(tmp_path)
+  _save(directory, 1)
+  trainer = _Trainer()
+  start = checkpointing.StartRestore(
+      checkpointing.managed_checkpoint(trainer, evaluates_only=True),
+      tf.distribute.get_strategy(), trains=False)
+  assert checkpoint_state.repair(directory, restore=start).endswith("-1")
+  slot = "weight/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE"
+  assert slot in read_back and slot not in checkpointing.tensors_read(
+      start.status)
+  assert not trainer.optimizer.variables()  # No memory for what it never uses.
+  assert trainer.weight.numpy()[0] == 1.0
+
+
+@pytest.mark.parametrize("garbled", [2.0, 0.002, 2.5],
+                         ids=["weight", "slot", "deferred_head"])
+def test_damage_the_start_meets_restores_the_checkpoint_before(
+    tmp_path, garbled, caplog):
+  directory = str(tmp_path)
+  _save(directory, 1, 2)
+  _garble(f"{directory}/ckpt-2", garbled)  # Restored, or read back.
+  trainer = _Trainer()
+  assert checkpoint_state.repair(directory,
+                                 restore=_start(trainer)).endswith("-1")
+  assert "skipped ckpt-2 (its data cannot be read back" in caplog.text
+  trainer.step()  # Builds the head: the restore that won fills it.
+  assert trainer.values() == _stepped_from(f"{directory}/ckpt-1")
+  assert tf.train.latest_checkpoint(directory).endswith("-1")
+
+
+def test_a_checkpoint_that_does_not_fit_is_raised_not_skipped(tmp_path):
+  directory = str(tmp_path)
+  _save(directory, 1, 2)
+  other = tf.train.Checkpoint(weight=tf.Variable(tf.zeros([3])))
+  with pytest.raises(ValueError, match="shape"):
+    checkpoint_state.repair(directory, restore=_start(
+        types.SimpleNamespace(checkpoint=other)))
+  assert tf.train.latest_checkpoint(directory).endswith("-2")  # Unchanged.
 
 
 def test_a_start_that_found_no_checkpoint_initializes(tmp_path):
@@ -64,22 +193,9 @@ def test_a_start_that_found_no_checkpoint_initializes(tmp_path):
   manager = checkpointing.build_manager(
       trainer, directory, types.SimpleNamespace(checkpoint_interval=1),
       evaluates_only=True, init_fn=lambda: initialized.append(True),
-      max_to_keep=5, verified=None)
+      max_to_keep=5, started_from=None)
   assert manager.restore_or_initialize() is None
   assert initialized == [True] and int(trainer.global_step.numpy()) == 0
-
-
-def test_a_checked_checkpoint_rotated_away_since_restores_the_latest(tmp_path):
-  directory = str(tmp_path)
-  _save(directory, 1)
-  checked = checkpoint_state.repair(directory)
-  _save(directory, 2)
-  for suffix in (".index", ".data-00000-of-00001"):
-    tf.io.gfile.remove(checked + suffix)
-  trainer = _Trainer()
-  assert _manager(directory, trainer,
-                  verified=checked).restore_or_initialize().endswith("-2")
-  assert trainer.weight.numpy() == 2.0
 
 
 def test_an_unchecked_start_restores_the_latest_as_tf_does(tmp_path):
@@ -87,7 +203,7 @@ def test_an_unchecked_start_restores_the_latest_as_tf_does(tmp_path):
   _save(directory, 1, 2)
   trainer = _Trainer()
   assert _manager(directory, trainer).restore_or_initialize().endswith("-2")
-  assert trainer.weight.numpy() == 2.0
+  assert trainer.weight.numpy()[0] == 2.0
 
 
 def test_async_manager_saves_without_options_in_the_background_in_order(
@@ -101,7 +217,7 @@ def test_async_manager_saves_without_options_in_the_background_in_order(
   # controller passes its own.
   for step, options in ((1, None), (2, controller_options), (3, None)):
     trainer.global_step.assign(step)
-    trainer.weight.assign(float(step))
+    trainer.weight.assign(tf.fill([64], float(step)))
     manager.save(checkpoint_number=step, options=options)
     # TF's background writer exists from the first save, made without options.
     # pylint: disable-next=protected-access
@@ -110,7 +226,7 @@ def test_async_manager_saves_without_options_in_the_background_in_order(
   assert manager.latest_checkpoint.endswith("-3")
   restored = _Trainer()
   restored.checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-  assert restored.weight.numpy() == 3.0
+  assert restored.weight.numpy()[0] == 3.0
 
 
 def test_a_restore_reads_only_the_checkpoint_it_names(tmp_path):

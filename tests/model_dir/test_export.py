@@ -269,3 +269,22 @@ def test_an_export_that_another_finished_first_is_dropped(tmp_path):
 
   assert os.listdir(tmp_path) == ["300"]
   assert (finished / "saved_model.pb").read_bytes() == b"first"
+
+
+def test_a_damaged_checkpoint_is_exit_2_naming_it_and_nothing_exported(
+    trained, model_dir, launch_forked):
+  _, _, best = trained
+  best_path = model_dir / "best_ckpt" / best["path"]
+  (data,) = best_path.parent.glob(best_path.name + ".data-*")
+  content = data.read_bytes()
+  middle = len(content) // 2
+  data.write_bytes(content[:middle] + bytes(64) + content[middle + 64:])
+
+  run = launch_forked("--experiment=digits_convnet", "--mode=export",
+                      model_dir=model_dir)
+
+  assert run.returncode == 2, run
+  line = run.stderr.splitlines()[-1]
+  assert f"{best_path} cannot be read: its data cannot be read back" in line
+  assert "Nothing was exported" in line and "Traceback" not in run.stderr
+  assert not (model_dir / "export").exists()

@@ -140,6 +140,21 @@ def test_list_shows_every_registry(launch_forked, tmp_path):
   assert any(l.split()[:2] == ["required_post", "(eval)"] for l in actions)
 
 
+def test_importing_the_launcher_changes_no_signal_handler():
+  # A fork's script imports tfm_ext.run.launcher first; only its `main`
+  # (or a script's `_startup.begin()`) installs the start-up handlers.
+  code = ("import signal\n"
+          "signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)\n"
+          "before = [signal.getsignal(s) for s in signals]\n"
+          "import tfm_ext.run.launcher\n"
+          "print([signal.getsignal(s) for s in signals] == before)")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, cwd=REPO,
+                        env=dict(os.environ, PYTHONPATH=REPO), check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split()[-1] == "True"
+
+
 def test_launcher_freezes_what_it_imported_and_turns_the_collector_on():
   # The launcher imports with Python's collector off (start-up is 0.7 s
   # shorter); training must then run with it on, TensorFlow's objects frozen.

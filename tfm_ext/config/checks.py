@@ -65,7 +65,6 @@ from official.core import config_definitions
 from official.core import task_factory
 
 from tfm_ext.config import _config_types
-from tfm_ext.config import _types
 from tfm_ext.config import input_files
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
@@ -350,7 +349,7 @@ def check_runtime(runtime) -> None:
   if strategy in GPU_STRATEGIES:
     _check_gpus_present(num_gpus)
   threads = runtime.dataset_num_private_threads
-  if threads is not None and (not _types.is_a(threads, int) or threads < 0):
+  if threads is not None and (not _config_types.integer(threads) or threads < 0):
     raise UsageError(
         f"runtime.dataset_num_private_threads={threads!r}: give a number of "
         "threads (0: tf.data's own pool), or leave it unset (half the cores "

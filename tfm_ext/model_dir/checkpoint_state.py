@@ -11,13 +11,17 @@ full disk cut it short, a power cut zeroed it) crashes every mode.
 every mode, since evaluators restore through a manager too:
 
 * it reads the state file itself: damage is a finding, not an exception;
-* it reads every tensor of the checkpoint the run would restore back, so
-  checksums catch zeroed or garbled data; if that one is unreadable it
-  falls back to the newest readable one the file lists. The start's restore
-  restores the checkpoint returned here, not a newer one saved since
-  (`checkpointing.FencedManager.restore_or_initialize`). It reads it again:
-  TF restores an optimizer slot only when the first step creates it, so a
-  restore alone would find damage after training began;
+* it reads the checkpoint the run would restore whole, so checksums catch
+  zeroed or garbled data; if that one is unreadable it falls back to the
+  newest readable one the file lists. In a run that read is the start's
+  restore (`restore=`, `tfm_ext.model_dir.checkpointing.StartRestore`):
+  the checkpoint checked is the one restored, by construction, and the
+  start reads each tensor once: by the restore or, where TensorFlow defers
+  it to the object's creation (a layer built at the first step), back by
+  the check, since a restore alone would find that damage after training
+  began (TensorFlow reads such a value again when it creates the object). An
+  export checks cheaply here and reads what it exports itself
+  (`tfm_ext.model_dir.export.restore`);
 * a missing or damaged state file is rebuilt from the `ckpt-<step>.index`
   files, each checked cheaply (the index opens, the data files are there and
   hold at least the bytes of the numeric tensors), the newest read whole;
@@ -40,7 +44,7 @@ Every file goes through `tf.io.gfile`, so `model_dir` may be a bucket.
 import os
 import re
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from absl import logging
 from google.protobuf import text_format
@@ -114,22 +118,36 @@ def latest(model_dir: str) -> Optional[str]:
   return found[-1] if found else None
 
 
-def repair(model_dir: str, *, write: bool = True) -> Optional[str]:
+# Restores a run's objects from a checkpoint; returns the tensors it read.
+Restore = Callable[[str], Set[str]]
+
+
+def repair(model_dir: str, *, write: bool = True,
+           restore: Optional[Restore] = None,
+           read_tensors: bool = True) -> Optional[str]:
   """Makes the state file name the newest readable checkpoint; returns it.
 
   Returns None when `model_dir` holds no checkpoint. Writes the state file
   only when it was missing, damaged or named an unreadable latest, and only
   with `write` (a multi-worker job's other workers just read).
 
+  A checkpoint is read whole to be chosen: with `restore`, by restoring it
+  (the run's objects then hold the checkpoint returned) and reading back
+  only the tensors the restore did not read; without, every tensor is
+  read back. Without `read_tensors` only the cheap checks are made (an
+  export reads the checkpoint it exports itself).
+
   Raises:
     UsageError: there are checkpoints and none of them can be read, or the
       state file is damaged and no checkpoint files are there to rebuild it.
+    ValueError, AssertionError, tf.errors.OpError: `restore` failed on a
+      checkpoint that reads whole: it does not fit the run's objects.
   """
   state_path = os.path.join(model_dir, STATE_FILE)
   for _ in range(_LOOKS):
     listed, damage = read_state(model_dir)
     candidates = listed if listed is not None else checkpoint_files(model_dir)
-    chosen, skipped = _newest_readable(candidates)
+    chosen, skipped = _newest_readable(candidates, restore, read_tensors)
     # A trainer beside this evaluator may have saved and rotated away what
     # was listed while it was read: then look again.
     if not skipped or read_state(model_dir) == (listed, damage):
@@ -173,31 +191,36 @@ def repair(model_dir: str, *, write: bool = True) -> Optional[str]:
   return chosen
 
 
-def _newest_readable(candidates: List[str]):
+def _newest_readable(candidates: List[str], restore: Optional[Restore],
+                     read_tensors: bool):
   """The newest of `candidates` that reads whole, and those skipped, why."""
   skipped = []
   for path in reversed(candidates):
-    why = unreadable(path, read_tensors=True)
+    why = unreadable(path, read_tensors=read_tensors, restore=restore)
     if why is None:
       return path, skipped
     skipped.append((path, why))
   return None, skipped
 
 
-def unreadable(path: str, *, read_tensors: bool) -> Optional[str]:
+def unreadable(path: str, *, read_tensors: bool,
+               restore: Optional[Restore] = None) -> Optional[str]:
   """Why the checkpoint at `path` cannot be restored; None if it can.
 
   Without `read_tensors` the check is cheap (no data is read): the index
   opens, every data file it needs is there, and they hold at least the
-  bytes of its numeric tensors. With it, every tensor is read back and its
-  checksum checked, as a restore would.
+  bytes of its numeric tensors. With it, every tensor is read and its
+  checksum checked: by `restore`, then the rest read back, or all read
+  back without it.
+
+  Raises:
+    What `restore` raised, when the checkpoint reads whole without it
+    (`restore_failed`).
   """
   if not tf.io.gfile.exists(path + ".index"):
     return "its .index file is missing"
   try:
-    reader = tf.compat.v1.train.NewCheckpointReader(path)
-    dtypes = reader.get_variable_to_dtype_map()
-    shapes = reader.get_variable_to_shape_map()
+    dtypes, sizes = _tensors(path)
   except (tf.errors.OpError, ValueError) as e:
     return f"its index cannot be read: {first_line(e)}"
   data_files = [f for f in tf.io.gfile.glob(path + ".data-*-of-*")
@@ -206,17 +229,43 @@ def unreadable(path: str, *, read_tensors: bool) -> Optional[str]:
   if len(shards) != 1 or len(data_files) != int(shards.pop()):
     return "its data files are missing"
   size = sum(tf.io.gfile.stat(f).length for f in data_files)
-  sizes = {name: _numeric_bytes(dtypes[name], shapes[name]) for name in dtypes}
   needed = sum(sizes.values())
   if size < needed:
     return f"its data is cut short: {size} bytes, its tensors need {needed}"
-  if read_tensors:
+  if not read_tensors:
+    return None
+  if restore is None:
     return _read_back(path, dtypes, sizes)
-  return None
+  try:
+    read = restore(path)
+  except (tf.errors.OpError, ValueError, AssertionError) as e:
+    return restore_failed(path, e)
+  return _read_back(path, {n: d for n, d in dtypes.items() if n not in read},
+                    sizes)
+
+
+def restore_failed(path: str, error: Exception) -> str:
+  """Why a restore of `path` raised `error`, if the checkpoint is damaged.
+
+  A checkpoint that reads back whole did not fit what was restored from it
+  (another model's shapes, a missing object): `error` is raised again.
+  """
+  why = _read_back(path, *_tensors(path))
+  if why is None:
+    raise error
+  return why
+
+
+def _tensors(path: str):
+  """The dtype of each tensor of `path`, and the bytes of the numeric ones."""
+  reader = tf.compat.v1.train.NewCheckpointReader(path)
+  dtypes = reader.get_variable_to_dtype_map()
+  shapes = reader.get_variable_to_shape_map()
+  return dtypes, {n: _numeric_bytes(dtypes[n], shapes[n]) for n in dtypes}
 
 
 def _read_back(path, dtypes, sizes) -> Optional[str]:
-  """Why reading every tensor of `path` back fails; None if it does not."""
+  """Why reading the tensors `dtypes` names back fails; None if it does not."""
   plain = sorted(n for n in dtypes if dtypes[n] != tf.variant)
   # Variants (an input iterator's state) last, in a read of their own:
   # TensorFlow logs an error itself when one does not decode.

@@ -3,9 +3,11 @@
 TFM's `OrbitExperimentRunner` builds it after the actions that need it;
 here it is built right after the trainer, as TFM would build it (the
 trainer's checkpoint, `max_to_keep`, `checkpoint_interval`, the trainer's
-`initialize` as `init_fn`), with two changes: its first save comes
+`initialize` as `init_fn`), with three changes: the start restores
+before it, as it checks the checkpoint (`StartRestore`), and its first
+`restore_or_initialize` takes that restore; its first save comes
 `checkpoint_interval` steps after the step it starts at
-(`count_interval_from`), and an evaluator's restores expect to leave the
+(`count_interval_from`); and an evaluator's restores expect to leave the
 optimizer's values unread (`PartialRestoreCheckpoint`).
 
 Every save is the run's `save` phase (`tfm_ext.run.failures`). A training
@@ -31,24 +33,104 @@ killed asynchronous save's); a save of the same process still in flight is
 waited for first.
 """
 
+import contextlib
 import copy
 import os
 import secrets
-from typing import Callable, Optional
+from typing import Callable, Optional, Set
 import weakref
 
 from absl import logging
 import tensorflow as tf
 
 from tensorflow.python.checkpoint import checkpoint as checkpoint_lib  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import constants as trackable_utils  # pylint: disable=g-direct-tensorflow-import
 
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import retention
 from tfm_ext.run import failures
 
 
-# A start that checked nothing: it restores the latest, as TF's manager.
-UNCHECKED = "<unchecked>"
+# A manager whose start did not restore: its first `restore_or_initialize`
+# restores the latest, as TF's.
+NOT_STARTED = "<not started>"
+
+
+def managed_checkpoint(trainer, *, evaluates_only: bool
+                       ) -> Optional[tf.train.Checkpoint]:
+  """What a run restores and saves of `trainer`: `trainer.checkpoint`.
+
+  An evaluator's is a `PartialRestoreCheckpoint` around it: it builds no
+  optimizer slots and no training iterator, the checkpoint's values for
+  them stay unread on purpose, and without expect_partial TensorFlow logs
+  about 20 warnings at exit.
+  """
+  checkpoint = trainer.checkpoint
+  if checkpoint is not None and evaluates_only:
+    checkpoint = PartialRestoreCheckpoint(root=checkpoint)
+  return checkpoint
+
+
+class StartRestore:
+  """The start's restore, which is also its check (`checkpoint_state.repair`).
+
+  Called with a checkpoint's path, it restores `checkpoint` from it under
+  `strategy`'s scope (every worker of a multi-worker run restores, in the
+  same order: filling a variable is a collective) and returns the names of
+  the tensors it read. In a training run a Keras optimizer's slots are
+  created as they are restored, and so read once. TensorFlow defers the
+  values of objects that do not exist yet (a layer not built, the
+  optimizer's step and hyperparameters, an input iterator until the first
+  loop): `repair` reads those back, and TensorFlow reads them again when
+  it creates them.
+  A restore that fails is followed by the next one's, whose values win
+  (TensorFlow fills a deferred value from the newest restore that has one).
+  """
+
+  def __init__(self, checkpoint: tf.train.Checkpoint,
+               strategy: tf.distribute.Strategy, *, trains: bool):
+    self._checkpoint = checkpoint
+    self._strategy = strategy
+    self._trains = trains
+    self.status = None  # The last restore's, for `expect_partial`.
+
+  def __call__(self, path: str) -> Set[str]:
+    # In the default strategy's scope TensorFlow defers the slots of an
+    # optimizer built outside any: to the first step of a training run,
+    # which reads them again then; forever for an evaluator, which then
+    # holds none (another strategy's optimizer creates them either way).
+    scope = (contextlib.nullcontext()
+             if self._trains and self._strategy is tf.distribute.get_strategy()
+             else self._strategy.scope())
+    try:
+      with failures.phase("restore", path), scope:
+        self.status = self._checkpoint.restore(path)
+    except Exception as e:
+      # Partial on purpose: no warning of each value it did not restore.
+      failures.forget_failed_restore(e)
+      raise
+    return tensors_read(self.status)
+
+
+def tensors_read(status) -> Set[str]:
+  """The checkpoint's tensors that the restore of `status` has read.
+
+  Those of the objects it matched, but their attributes it left unused,
+  and the object graph; an object created later is restored later.
+  """
+  # pylint: disable=protected-access
+  coordinator = getattr(status, "_checkpoint", None)
+  graph = getattr(coordinator, "object_graph_proto", None)
+  if graph is None:
+    return set()  # Not an object-based restore: all is read back.
+  read = {trackable_utils.OBJECT_GRAPH_PROTO_KEY}
+  for node_id, node in enumerate(graph.nodes):
+    if node_id not in coordinator.matched_proto_ids:
+      continue
+    unused = coordinator.unused_attributes.get(node_id, ())
+    read.update(attribute.checkpoint_key for attribute in node.attributes
+                if attribute.name not in unused)
+  return read
 
 
 def build_manager(trainer, directory: str, trainer_config, *,
@@ -56,7 +138,8 @@ def build_manager(trainer, directory: str, trainer_config, *,
                   max_to_keep: int, enable_async: bool = False,
                   before_save: Optional[Callable[[], None]] = None,
                   records_unwatched: bool = False,
-                  verified: Optional[str] = UNCHECKED
+                  checkpoint: Optional[tf.train.Checkpoint] = None,
+                  started_from: Optional[str] = NOT_STARTED
                   ) -> Optional[tf.train.CheckpointManager]:
   """The manager of `trainer.checkpoint` in `directory`; None without one.
 
@@ -64,19 +147,17 @@ def build_manager(trainer, directory: str, trainer_config, *,
   `before_save` when given (see the module docstring); with
   `records_unwatched`, what it rotates away while no evaluator is present
   is recorded in the ledger as missing (`tfm_ext.model_dir.retention`).
-  `verified`: the checkpoint the start checked (`checkpoint_state.repair`),
-  or None for none; the start's restore restores it and no other. Left
-  `UNCHECKED`, the start restores the latest the state file names, as TF's.
+  `checkpoint`: what it saves and restores, `managed_checkpoint`'s by
+  default. `started_from`: the checkpoint the start restored
+  (`StartRestore`), or None for none; its first `restore_or_initialize`
+  reads nothing then. Left `NOT_STARTED`, that one restores the latest
+  the state file names, as TF's.
   """
   fenced = before_save is not None
-  checkpoint = trainer.checkpoint
+  if checkpoint is None:
+    checkpoint = managed_checkpoint(trainer, evaluates_only=evaluates_only)
   if checkpoint is None:
     return None
-  if evaluates_only:
-    # An evaluator builds no optimizer slots and no training iterator: the
-    # checkpoint's values for them stay unread on purpose, and without
-    # expect_partial TensorFlow logs about 20 warnings at exit.
-    checkpoint = PartialRestoreCheckpoint(root=checkpoint)
   manager_cls = AsyncSavingManager if enable_async else FencedManager
   manager = manager_cls(
       checkpoint, directory=directory, max_to_keep=max_to_keep,
@@ -84,7 +165,7 @@ def build_manager(trainer, directory: str, trainer_config, *,
       checkpoint_interval=trainer_config.checkpoint_interval,
       init_fn=init_fn)
   manager.records_unwatched = records_unwatched
-  manager.verified = verified
+  manager.started_from = started_from
   if fenced:
     # pylint: disable=protected-access
     manager.before_save = before_save
@@ -222,33 +303,30 @@ class FencedManager(tf.train.CheckpointManager):
   # Records what it rotates away unevaluated while no evaluator is present
   # (a `train` job's, which a continuous_eval may join later).
   records_unwatched: bool = False
-  # What the start's restore restores (see `restore_or_initialize`).
-  verified: Optional[str] = UNCHECKED
-  _start_restored: bool = False
+  # What the start restored (see `restore_or_initialize`).
+  started_from: Optional[str] = NOT_STARTED
   _retention: Optional[retention.Retention] = None
 
   def restore_or_initialize(self):
-    """TF's; the first call, the start's, restores `verified` and no other.
+    """TF's; the first call, the controller's, takes what the start did.
 
-    The start checked `verified` before the parts were built; a checkpoint
-    another job saved since then (a trainer beside an `eval`) is newer in
-    the state file this manager read, and was never checked. If `verified`
-    is gone since (that trainer's `max_to_keep` rotated it away), the start
-    restores the latest, unchecked, rather than fail. Later calls (a
-    divergence rollback) restore the latest, as TF's does.
+    The start restored `started_from` (`StartRestore`) as it checked it, so
+    nothing is read again, and a checkpoint another job saved since (a
+    trainer beside an `eval`) is not taken: it was never checked. A start
+    that found no checkpoint initializes (`init_fn`), as TF's. Later calls
+    (a divergence rollback) restore the latest, as TF's do.
     """
     # pylint: disable=protected-access
-    if self._start_restored or self.verified == UNCHECKED or (
-        self.verified is not None
-        and not tf.io.gfile.exists(self.verified + ".index")):
-      self._start_restored = True
+    started_from, self.started_from = self.started_from, NOT_STARTED
+    if started_from == NOT_STARTED:
       return super().restore_or_initialize()
-    self._start_restored = True
-    latest, self._latest_checkpoint = self._latest_checkpoint, self.verified
-    try:
-      return super().restore_or_initialize()
-    finally:
-      self._latest_checkpoint = latest
+    if started_from is None:
+      if self._init_fn is not None:
+        self._init_fn()
+      return None
+    if self._checkpoint_interval is not None:
+      self._last_checkpoint_step = int(self._step_counter.numpy())
+    return started_from
 
   def save(self, checkpoint_number=None, check_interval=True, options=None):
     with failures.phase("save", self.directory):

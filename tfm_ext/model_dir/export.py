@@ -47,7 +47,9 @@ from official.core import export_base
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import _best_checkpoint_files as best_checkpoint_files
 from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
+from tfm_ext.run import failures
 
 SUBDIR = "export"
 _SAVED_MODEL_PB = "saved_model.pb"
@@ -143,13 +145,21 @@ def restore(checkpoint_path: str, **objects) -> None:
   """Reads `objects` (`model=`, `global_step=`) from a checkpoint.
 
   What else the checkpoint holds (the optimizer, the input iterator) is
-  left unread.
+  left unread. This read is the export's only one of the checkpoint.
 
   Raises:
+    UsageError: the checkpoint is damaged (`checkpoint_state.restore_failed`).
     AssertionError: a weight of `objects` has no value in the checkpoint (a
       different architecture or `num_classes`), as TFM's export asserts.
   """
-  status = tf.train.Checkpoint(**objects).read(checkpoint_path)
+  try:
+    status = tf.train.Checkpoint(**objects).read(checkpoint_path)
+  except (tf.errors.OpError, ValueError) as e:
+    why = checkpoint_state.restore_failed(checkpoint_path, e)
+    raise UsageError(
+        f"The checkpoint {checkpoint_path} cannot be read: {why}. Nothing "
+        "was exported. Export another with --checkpoint_path (a prefix, a "
+        "directory or a step).") from e
   status.expect_partial().assert_existing_objects_matched()
 
 
@@ -347,7 +357,8 @@ def export_model_dir(trainer, params, model_dir: str,
   """
   best_subdir = params.trainer.best_checkpoint_export_subdir
   checkpoint = checkpoint_to_export(model_dir, best_subdir, chosen)
-  restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
+  with failures.phase("restore", checkpoint):
+    restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
   step = int(trainer.global_step.numpy())
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
   metrics = recorded_metrics(model_dir, best_subdir, checkpoint)

@@ -1,7 +1,7 @@
 """Builds every part of a run, in order, before any of them runs.
 
-    task -> trainer -> checkpoint manager -> summary managers -> actions
-         -> Orbit controller (which restores the latest checkpoint)
+    task -> trainer -> the start's restore -> checkpoint manager
+         -> summary managers -> actions -> Orbit controller
 
 Each part is built from the ones before it, so nothing is bound late: the
 actions get the checkpoint manager itself, and the controller gets them all.
@@ -128,10 +128,6 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   params, model_dir = request.params, request.model_dir
   deterministic = determinism.apply(params.runtime)
   chief = strategy.extended.should_checkpoint
-  # Before anything reads the state file: a missing or damaged one is
-  # rebuilt, an unreadable latest checkpoint skipped, or the run refused.
-  with failures.phase("restore", model_dir):
-    latest = checkpoint_state.repair(model_dir, write=chief)
   # Every worker takes part in saving (variables may sync on read), but only
   # the chief writes where a user looks; the others write to a temp dir.
   write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
@@ -155,27 +151,21 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
-  with failures.phase("restore", latest or model_dir):
-    restored_elsewhere = _restore_on_every_worker(trainer, latest, strategy)
-  # A finished run relaunched trains nothing: its optimizer slots and input
-  # iterator stay unread, on purpose.
-  finished = bool(mode.trains and latest and _step_of(latest)
-                  >= params.trainer.train_steps)
+  latest, checkpoint = _restore_at_start(trainer, plan, chief)
   manager = checkpointing.build_manager(
-      trainer, write_dir, params.trainer,
-      evaluates_only=not mode.trains or finished,
-      # A non-chief restored above: its init_fn (pretrained weights, say)
-      # must not overwrite that.
-      init_fn=None if restored_elsewhere and not chief else trainer.initialize,
+      trainer, write_dir, params.trainer, evaluates_only=not mode.trains,
+      checkpoint=checkpoint,
+      # An export restores what it exports itself, and no init_checkpoint.
+      init_fn=trainer.initialize if mode.restores_latest else None,
       max_to_keep=params.trainer.max_to_keep if chief else 1,
       enable_async=request.enable_async_checkpointing,
       before_save=held.assert_held if held else None,
       # A training job that does not evaluate is what a continuous_eval
       # joins: it records what no evaluator saw.
       records_unwatched=chief and mode.trains and not mode.evaluates,
-      # The controller restores what repair checked; a non-chief restored
-      # it above, and its manager's own directory is an empty temp dir.
-      verified=latest if chief else None)
+      # The controller's restore takes the start's: nothing is read again
+      # (a non-chief's manager is in an empty temp dir besides).
+      started_from=latest)
 
   step = strategies.host_readable(trainer.global_step, strategy)
   failures.set_run(global_step=lambda: int(step.numpy()))
@@ -220,7 +210,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                                    [held.after_loop] + eval_actions)
 
   console.quiet_orbit_controller()
-  # Restores the latest checkpoint, if any.
+  # Its restore is the start's, done (`started_from`): or init_fn.
   with failures.phase("restore", latest or model_dir):
     controller = supplied.controller_cls(
         strategy=strategy,
@@ -269,21 +259,34 @@ def _step_of(checkpoint: str) -> int:
     return -1
 
 
-def _restore_on_every_worker(trainer, latest: Optional[str],
-                             strategy: tf.distribute.Strategy) -> bool:
-  """Restores the latest checkpoint on every worker of a multi-worker run.
+def _restore_at_start(trainer, plan, chief: bool):
+  """Restores the checkpoint the run resumes or evaluates, checking it.
 
-  Restoring creates optimizer slots, each a collective broadcast, so all
-  workers restore here, in the same order. A non-chief's checkpoint manager
-  is in an empty temp dir: without this it would start from its initial
-  weights. `latest` is `checkpoint_state.repair`'s. Returns whether it
-  restored.
+  The newest readable one of the state file (`checkpoint_state.repair`:
+  a missing or damaged state file is rebuilt, an unreadable latest
+  skipped, or the run refused), restored on every worker as it is read
+  (`checkpointing.StartRestore`). An export only repairs the state file:
+  it restores what it exports (`tfm_ext.model_dir.export`). Returns the
+  checkpoint restored (None for none) and what the run's manager manages.
   """
-  if not (latest and strategies.is_multi_worker(strategy)):
-    return False
-  with strategy.scope():
-    trainer.checkpoint.restore(latest).expect_partial()
-  return True
+  mode, model_dir = plan.mode, plan.request.model_dir
+  checkpoint = checkpointing.managed_checkpoint(
+      trainer, evaluates_only=not mode.trains)
+  start = (checkpointing.StartRestore(checkpoint, plan.strategy,
+                                      trains=mode.trains)
+           if checkpoint is not None and mode.restores_latest else None)
+  with failures.phase("restore", model_dir):
+    latest = checkpoint_state.repair(model_dir, write=chief, restore=start,
+                                     read_tensors=mode.restores_latest)
+  if not mode.restores_latest:
+    return None, checkpoint
+  train_steps = plan.request.params.trainer.train_steps
+  if (start and start.status is not None and mode.trains and latest
+      and _step_of(latest) >= train_steps):
+    # A finished run relaunched trains nothing: its optimizer slots and
+    # input iterator stay unread, on purpose.
+    start.status.expect_partial()
+  return latest, checkpoint
 
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,

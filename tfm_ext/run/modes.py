@@ -46,6 +46,9 @@ class Mode:
   # nothing (an evaluator). A mode that trains saves and stops instead
   # (`tfm_ext.run.preemption`); any other runs to its end.
   stops_on_signal: bool = False
+  # Its start restores the latest readable checkpoint; an export restores
+  # the one it exports itself.
+  restores_latest: bool = True
 
 
 def _train(ctx: ModeContext) -> Logs:
@@ -113,7 +116,7 @@ MODES = {
                             run=_continuous_eval, waits_for_trainer=True,
                             stops_on_signal=True),
     "export": Mode(trains=False, evaluates=False, run=_export,
-                   needs_checkpoint=True),
+                   needs_checkpoint=True, restores_latest=False),
 }
 
 
