@@ -2,6 +2,7 @@
 
 import os
 import types
+import uuid
 
 import numpy as np
 import pytest
@@ -80,13 +81,12 @@ def _start(trainer):
 def _garble(path, value):
   """Overwrites the bytes of a tensor filled with `value`: its checksum fails."""
   data_file = path + ".data-00000-of-00001"
-  with open(data_file, "rb") as f:
+  with tf.io.gfile.GFile(data_file, "rb") as f:
     data = f.read()
-  pattern = np.full([64], value, np.float32).tobytes()
-  at = data.index(pattern)
-  with open(data_file, "r+b") as f:
-    f.seek(at)
-    f.write(b"\xff" * 16)
+  at = data.index(np.full([64], value, np.float32).tobytes())
+  tf.io.gfile.remove(data_file)  # A write over a ram:// file leaves its tail.
+  with tf.io.gfile.GFile(data_file, "wb") as f:
+    f.write(data[:at] + b"\xff" * 16 + data[at + 16:])
 
 
 @pytest.fixture
@@ -159,11 +159,13 @@ def test_an_evaluators_start_reads_the_slots_once_and_creates_none(
   assert trainer.weight.numpy()[0] == 1.0
 
 
+@pytest.mark.parametrize("store", ["local", "ram"])
 @pytest.mark.parametrize("garbled", [2.0, 0.002, 2.5],
                          ids=["weight", "slot", "deferred_head"])
 def test_damage_the_start_meets_restores_the_checkpoint_before(
-    tmp_path, garbled, caplog):
-  directory = str(tmp_path)
+    tmp_path, garbled, store, caplog):
+  directory = (str(tmp_path) if store == "local"
+               else f"ram://{uuid.uuid4().hex}/m")
   _save(directory, 1, 2)
   _garble(f"{directory}/ckpt-2", garbled)  # Restored, or read back.
   trainer = _Trainer()
