@@ -277,11 +277,11 @@ def test_the_models_own_metrics_count(monkeypatch):
       params, custom_trainer.CustomTrainer, evaluates=True)
 
 
-def test_launcher_exits_2_before_writing_anything(launch, tmp_path):
+def test_launcher_exits_2_before_writing_anything(launch_forked, tmp_path):
   # The old code wrote params.yaml, then failed with a traceback.
-  run = launch(f"--experiment={EXP}", "--mode=train",
-               "--params_override=trainer.train_steps=abc",
-               model_dir=tmp_path / "m", timeout=120)
+  run = launch_forked(f"--experiment={EXP}", "--mode=train",
+                      "--params_override=trainer.train_steps=abc",
+                      model_dir=tmp_path / "m", timeout=120)
   assert_clean_usage_error(run, "trainer.train_steps='abc': give a whole "
                            "number of steps")
 

@@ -9,7 +9,6 @@ import json
 import logging as std_logging
 import os
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -17,7 +16,6 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TRAIN, Result, _command
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
@@ -291,6 +289,19 @@ def test_a_stalled_evaluators_renewals_leave_the_claim_that_replaced_it(
   assert claim_owner(tmp_path) == "b"
 
 
+def test_a_process_forked_after_the_import_is_another_evaluator():
+  parent = eval_claims.process_owner()
+  read, write = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # The child: its id, then out at once.
+    os.write(write, eval_claims.process_owner().encode())
+    os._exit(0)  # pylint: disable=protected-access
+  os.waitpid(pid, 0)
+  child = os.read(read, 1000).decode()
+  assert child != parent and f":{pid}:" in child
+  assert eval_claims.process_owner() == parent  # Stable within a process.
+
+
 def test_a_claim_written_over_within_the_settle_time_is_lost(tmp_path):
   # Another evaluator that also found no claim writes its own while this
   # one waits: the later write wins.
@@ -320,13 +331,11 @@ def override(train_steps):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, data_dir):
+def trained(tmp_path_factory, launch_forked):
   """A model_dir with ckpt-10, ckpt-20 and ckpt-30; each test copies it."""
   model_dir = tmp_path_factory.mktemp("trained") / "m"
-  cmd, env = _command((EXPERIMENT, "--mode=train", override(30)), model_dir,
-                      TRAIN, data_dir, None)
-  run = Result(subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              cwd=REPO, timeout=300), str(model_dir))
+  run = launch_forked(EXPERIMENT, "--mode=train", override(30),
+                      model_dir=model_dir)
   assert run.returncode == 0, run
   return model_dir
 
@@ -345,10 +354,11 @@ def files_of(model_dir, steps):
 
 
 def test_missing_state_file_resumes_training_and_keeps_the_checkpoints(
-    launch, model_copy):
+    launch_forked, model_copy):
   before = files_of(model_copy, STEPS)
   (model_copy / "checkpoint").unlink()
-  run = launch(EXPERIMENT, "--mode=train", override(40), model_dir=model_copy)
+  run = launch_forked(EXPERIMENT, "--mode=train", override(40),
+                      model_dir=model_copy)
   assert run.returncode == 0, run
   assert run.summary()["resumed_from_step"] == 30  # Not from scratch.
   assert "rebuilt" in run.stderr and "restores ckpt-30" in run.stderr, run
@@ -359,9 +369,10 @@ def test_missing_state_file_resumes_training_and_keeps_the_checkpoints(
 
 
 def test_truncated_latest_resumes_training_from_the_one_before(
-    launch, model_copy):
+    launch_forked, model_copy):
   cut_short(data_file(model_copy, 30))
-  run = launch(EXPERIMENT, "--mode=train", override(40), model_dir=model_copy)
+  run = launch_forked(EXPERIMENT, "--mode=train", override(40),
+                      model_dir=model_copy)
   assert run.returncode == 0, run
   assert "skipped ckpt-30 (its data is cut short" in run.stderr, run
   assert "Traceback" not in run.stderr
@@ -373,11 +384,11 @@ def test_truncated_latest_resumes_training_from_the_one_before(
 
 
 def test_continuous_eval_records_unreadable_checkpoints_and_goes_on(
-    launch, model_copy):
+    launch_forked, model_copy):
   zero_middle(data_file(model_copy, 20))  # The restore starts, then fails.
   cut_short(data_file(model_copy, 30))  # The latest, the final step's.
-  run = launch(EXPERIMENT, "--mode=continuous_eval", override(30),
-               model_dir=model_copy)
+  run = launch_forked(EXPERIMENT, "--mode=continuous_eval", override(30),
+                      model_dir=model_copy)
   assert run.returncode == 0, run
   status = {e["global_step"]: e["status"]
             for e in continuous_eval.read_ledger(str(model_copy))}
@@ -394,9 +405,10 @@ def test_continuous_eval_records_unreadable_checkpoints_and_goes_on(
 
 
 def test_two_evaluators_on_one_model_dir_evaluate_each_checkpoint_once(
-    start, model_copy):
-  evaluators = [start(EXPERIMENT, "--mode=continuous_eval", override(30),
-                      model_dir=model_copy) for _ in range(2)]
+    start_forked, model_copy):
+  evaluators = [start_forked(EXPERIMENT, "--mode=continuous_eval",
+                             override(30), model_dir=model_copy)
+                for _ in range(2)]
   runs = [e.finish(timeout=240) for e in evaluators]
   assert all(r.returncode == 0 for r in runs), runs
   assert sum(r.stdout.count("eval @") for r in runs) == len(STEPS), runs

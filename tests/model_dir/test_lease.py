@@ -503,9 +503,9 @@ RUN = ("--experiment=digits_convnet", "--mode=train",
 
 
 def test_two_trainers_started_at_once_one_trains_the_other_exits_2(
-    start, tmp_path):
+    start_forked, tmp_path):
   model_dir = tmp_path / "m"
-  jobs = [start(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
+  jobs = [start_forked(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
           for _ in range(2)]
   deadline = time.monotonic() + 120
   while all(job.proc.poll() is None for job in jobs):
@@ -529,9 +529,9 @@ def test_two_trainers_started_at_once_one_trains_the_other_exits_2(
 
 
 def test_sigkilled_trainer_relaunches_at_once_and_resumes(
-    start, launch, tmp_path):
+    start_forked, launch_forked, tmp_path):
   model_dir = tmp_path / "m"
-  first = start(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
+  first = start_forked(*RUN[:2], RUN[2] + "1000000", model_dir=model_dir)
   first.wait_for_line(lambda l: l.startswith("step ") and
                       tf.train.latest_checkpoint(str(model_dir)))
   first.proc.send_signal(signal.SIGKILL)
@@ -539,8 +539,8 @@ def test_sigkilled_trainer_relaunches_at_once_and_resumes(
   assert _holder(str(model_dir))["pid"] == first.proc.pid  # Left behind.
   killed_at = int(tf.train.latest_checkpoint(str(model_dir)).split("-")[-1])
 
-  relaunch = launch(*RUN[:2], RUN[2] + str(killed_at + 10),
-                    model_dir=model_dir, timeout=120)
+  relaunch = launch_forked(*RUN[:2], RUN[2] + str(killed_at + 10),
+                           model_dir=model_dir, timeout=120)
   assert relaunch.returncode == 0, relaunch
   assert "its process is gone" in relaunch.stderr, relaunch
   summary = relaunch.summary()

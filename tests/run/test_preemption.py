@@ -1,6 +1,7 @@
 """Preemption, resume and in-process recovery, with real processes and signals."""
 
 import glob
+import os
 import re
 import signal
 
@@ -9,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN, numeric_tensors
+from tfm_ext.run import preemption
 
 SPL = 10  # steps_per_loop
 RUN = ("--experiment=digits_convnet", "--mode=train_and_eval",
@@ -161,3 +163,31 @@ def test_corrupt_record_fails_clearly_and_keeps_last_checkpoint(
   step = int(numeric_tensors(latest)["global_step/.ATTRIBUTES/VARIABLE_VALUE"])
   assert 20 <= step < 70
   assert second.summary()["status"] == "failed"
+
+
+@pytest.mark.parametrize("made_of_it", [
+    None, AttributeError("a half-built object"), tf.errors.UnavailableError(
+        None, None, "cancelled")], ids=["itself", "a bug", "transient"])
+def test_a_second_signal_aborts_whatever_the_interrupted_code_raised(
+    made_of_it):
+  # The second signal's exception is raised wherever it finds the job, in
+  # TensorFlow's tracing too, and the code there may raise another of it.
+  with pytest.raises(preemption.SecondSignal) as aborted:
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)) as watcher:
+      os.kill(os.getpid(), signal.SIGUSR1)
+      assert watcher.stopping
+      try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+      except preemption.SecondSignal:
+        if made_of_it is not None:
+          raise made_of_it from None
+        raise
+  assert str(aborted.value) == "SIGUSR1"
+  assert aborted.value.__cause__ is made_of_it
+
+
+def test_an_error_after_one_signal_is_left_as_it_is():
+  with pytest.raises(AttributeError):
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
+      os.kill(os.getpid(), signal.SIGUSR1)
+      raise AttributeError("a bug keeps its traceback")

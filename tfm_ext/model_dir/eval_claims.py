@@ -62,7 +62,23 @@ STALE_CLAIM_SECONDS = float(
     os.environ.get("TFM_EXT_CLAIM_STALE_SECONDS", "30"))
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
-_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+_process_owner = ("", -1)
+
+
+def process_owner() -> str:
+  """This process's evaluator id: host, pid and a random tag.
+
+  Made on first use in each process: one forked after the import (a
+  launcher forked from one that imported it, a sweep's workers) is another
+  evaluator, not its parent.
+  """
+  global _process_owner
+  owner, pid = _process_owner
+  if pid != os.getpid():
+    pid = os.getpid()
+    owner = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
+    _process_owner = (owner, pid)
+  return owner
 
 PRESENCE = "evaluators"
 PRESENCE_HEARTBEAT_SECONDS = float(
@@ -94,10 +110,10 @@ class Claims:
   def __init__(self, model_dir: str, *,
                clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep,
-               owner: str = _PROCESS_OWNER):
+               owner: Optional[str] = None):
     self._dir = os.path.join(model_dir, CLAIMS)
     self._sleep = sleep
-    self.owner = owner
+    self.owner = owner or process_owner()
     # Another's claim is stale once seen unchanged so long on `clock`.
     self._unchanged = claim.Unchanged(clock)
     self._me = claim.Process.this()
@@ -183,13 +199,14 @@ class Claims:
 
 
 @contextlib.contextmanager
-def announced(model_dir: str, owner: str = _PROCESS_OWNER) -> Iterator[None]:
+def announced(model_dir: str, owner: Optional[str] = None) -> Iterator[None]:
   """This evaluator is present on `model_dir` while the block runs.
 
   Writes its presence record before the block, rewrites its heartbeat every
   `PRESENCE_HEARTBEAT_SECONDS`, removes it after. Re-entrant: a block
   inside another of the same process and model_dir adds nothing.
   """
+  owner = owner or process_owner()
   path = os.path.join(model_dir, PRESENCE, _file_name(owner) + ".json")
   with _present_lock:
     _present[path] = _present.get(path, 0) + 1

@@ -230,6 +230,7 @@ def _with_recovery(plan: Plan, recovery: Recovery,
     try:
       summary = execute(plan, watcher=watcher, notifier=notifier)
     except TRANSIENT_ERRORS as e:
+      watcher.check_aborted(e)  # Not a restart: a second signal came.
       # TensorFlow cannot set up collectives twice in one process: a
       # multi-worker job exits and its cluster manager restarts it.
       if (restarts >= recovery.max_restarts
@@ -338,6 +339,7 @@ def _drive(plan: Plan, parts: assembly.Parts,
   except (UsageError,) + TRANSIENT_ERRORS:
     raise  # Refused (exit 2), or restarted by `_with_recovery`.
   except Exception as e:  # pylint: disable=broad-except
+    watcher.check_aborted(e)
     failure = failures.classify(e)
     if failure is None:
       raise  # A bug: its traceback.

@@ -19,7 +19,8 @@ What a signal does is decided here, by when it comes:
     in any other mode              the mode runs to its end (an `eval`, an
                                    `export`)
     a second signal                the job ends at once without saving, exit
-                                   42 (`SecondSignal`)
+                                   42 (`SecondSignal`), whatever the code it
+                                   interrupted raised of it
 
 42 (`EXIT_CODE`) is the restart code TensorFlow's
 `PreemptionCheckpointHandler` uses: a supervisor that restarts on it resumes
@@ -91,6 +92,7 @@ class SignalWatcher:
     self._signals = tuple(signals)
     self._previous = {}
     self.received: Optional[int] = None
+    self._second: Optional[int] = None
 
   @property
   def signal_name(self) -> str:
@@ -101,10 +103,23 @@ class SignalWatcher:
       self._previous[sig] = signal.signal(sig, self._handle)
     return self
 
-  def __exit__(self, *exc_info) -> None:
+  def __exit__(self, exc_type, error, traceback) -> None:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous.clear()
+    if isinstance(error, Exception):
+      self.check_aborted(error)
+
+  def check_aborted(self, error: BaseException) -> None:
+    """Raises `SecondSignal` from `error` if a second signal came.
+
+    The second signal's exception is raised wherever the signal found the
+    job, TensorFlow's tracing included, and the code it interrupted may
+    raise something else of it (an `AttributeError` of a half-built
+    object): whatever comes out, the job was aborted.
+    """
+    if self._second is not None and not isinstance(error, SecondSignal):
+      raise SecondSignal(signal.Signals(self._second).name) from error
 
   @property
   def stopping(self) -> bool:
@@ -128,6 +143,7 @@ class SignalWatcher:
     del frame
     if self.received is not None:
       # A second signal: the user (or the cluster) will not wait any longer.
+      self._second = signum
       logging.warning("Second %s: exiting without a checkpoint.",
                       signal.Signals(signum).name)
       raise SecondSignal(signal.Signals(signum).name)
