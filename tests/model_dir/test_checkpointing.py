@@ -17,16 +17,18 @@ from tfm_ext.model_dir import checkpointing
 
 class _Trainer:
   """What `build_manager` reads of a trainer: a weight, its optimizer's
-  slot, and a head layer built at the first step (its value deferred)."""
+  slot, a head layer built at the first step (its value deferred) and an
+  input iterator (whose tensor's name adds `_STATE` to its key)."""
 
   def __init__(self):
     self.global_step = tf.Variable(0, dtype=tf.int64)
     self.weight = tf.Variable(tf.zeros([64]))
     self.head = tf_keras.layers.Dense(1, use_bias=False)
     self.optimizer = tf_keras.optimizers.legacy.SGD(0.5, momentum=0.5)
+    self.input = iter(tf.data.Dataset.range(1000))
     self.checkpoint = tf.train.Checkpoint(
         global_step=self.global_step, weight=self.weight, head=self.head,
-        optimizer=self.optimizer)
+        optimizer=self.optimizer, input=self.input)
 
   def step(self):
     """One step: builds the head, creates the slot unless it was restored."""
@@ -135,7 +137,7 @@ def test_the_start_reads_each_tensor_of_its_checkpoint_once(tmp_path,
   # created there too, were read back by the check.
   assert {"weight/.ATTRIBUTES/VARIABLE_VALUE",
           "weight/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/"
-          "VARIABLE_VALUE"} <= read
+          "VARIABLE_VALUE", "input/.ATTRIBUTES/ITERATOR_STATE"} <= read
   assert set(read_back) == {name for name in every if name.startswith(
       ("head/", "optimizer/"))}
   assert "head/kernel/.ATTRIBUTES/VARIABLE_VALUE" in read_back

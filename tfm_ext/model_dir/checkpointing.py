@@ -33,6 +33,7 @@ killed asynchronous save's); a save of the same process still in flight is
 waited for first.
 """
 
+import collections
 import contextlib
 import copy
 import os
@@ -116,21 +117,31 @@ def tensors_read(status) -> Set[str]:
   """The checkpoint's tensors that the restore of `status` has read.
 
   Those of the objects it matched, but their attributes it left unused,
-  and the object graph; an object created later is restored later.
+  and the object graph; an object created later is restored later. A
+  tensor is named by its attribute's key, or by the key and a suffix the
+  object gives it (an input iterator's `ITERATOR_STATE`).
   """
   # pylint: disable=protected-access
   coordinator = getattr(status, "_checkpoint", None)
   graph = getattr(coordinator, "object_graph_proto", None)
   if graph is None:
     return set()  # Not an object-based restore: all is read back.
-  read = {trackable_utils.OBJECT_GRAPH_PROTO_KEY}
+  keys = collections.defaultdict(list)  # Object path -> its read keys.
   for node_id, node in enumerate(graph.nodes):
     if node_id not in coordinator.matched_proto_ids:
       continue
     unused = coordinator.unused_attributes.get(node_id, ())
-    read.update(attribute.checkpoint_key for attribute in node.attributes
-                if attribute.name not in unused)
-  return read
+    for attribute in node.attributes:
+      if attribute.name not in unused:
+        key = attribute.checkpoint_key
+        keys[key.partition(_ATTRIBUTES)[0]].append(key)
+  return {trackable_utils.OBJECT_GRAPH_PROTO_KEY} | {
+      name for name in coordinator.dtype_map
+      if any(name.startswith(key)
+             for key in keys.get(name.partition(_ATTRIBUTES)[0], ()))}
+
+
+_ATTRIBUTES = "/.ATTRIBUTES/"
 
 
 def build_manager(trainer, directory: str, trainer_config, *,
