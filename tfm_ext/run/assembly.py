@@ -154,7 +154,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   latest, checkpoint = _restore_at_start(trainer, plan, chief)
   manager = checkpointing.build_manager(
       trainer, write_dir, params.trainer, evaluates_only=not mode.trains,
-      checkpoint=checkpoint,
+      checkpoint=checkpoint,  # The one the start restored.
       # An export restores what it exports itself, and no init_checkpoint.
       init_fn=trainer.initialize if mode.restores_latest else None,
       max_to_keep=params.trainer.max_to_keep if chief else 1,
@@ -283,8 +283,9 @@ def _restore_at_start(trainer, plan, chief: bool):
   train_steps = plan.request.params.trainer.train_steps
   if (start and start.status is not None and mode.trains and latest
       and _step_of(latest) >= train_steps):
-    # A finished run relaunched trains nothing: its optimizer slots and
-    # input iterator stay unread, on purpose.
+    # A finished run relaunched trains nothing: what TF deferred (the
+    # optimizer's step, objects built at the first loop) stays unread, on
+    # purpose, without a warning of each value at exit.
     start.status.expect_partial()
   return latest, checkpoint
 
