@@ -1,7 +1,8 @@
 """Shared test helpers: run the launcher for real, in a process or in-process.
 
 A process starts fresh (`launch`, `start`) or is forked from one that
-imported the launcher once (`launch_forked`); `built_once` makes what
+imported the launcher once (`launch_forked`, `start_forked`, and
+`forked_in` a GCS box or one of its hosts); `built_once` makes what
 several tests share once a session; the long tests run first.
 """
 
@@ -129,12 +130,14 @@ class Result:
             f"--- stderr\n{self.stderr[-6000:]}")
 
 
+def _launcher_env(data_dir):
+  """What a launcher's environment adds to the tests'."""
+  return dict(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
+              PYTHONPATH=REPO, PYTHONUNBUFFERED="1")
+
+
 def _env(data_dir, env=None):
-  full_env = dict(os.environ, TFM_EXT_DATA_DIR=data_dir,
-                  TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO,
-                  PYTHONUNBUFFERED="1")
-  full_env.update(env or {})
-  return full_env
+  return {**os.environ, **_launcher_env(data_dir), **(env or {})}
 
 
 def _command(args, model_dir, script, data_dir, env):
@@ -165,17 +168,25 @@ FORKED_LAUNCHER = os.path.join(REPO, "tests", "forked_launcher.py")
 
 
 class _ForkingLauncher:
-  """A `tests/forked_launcher.py` process for one launcher script."""
+  """A `tests/forked_launcher.py` process for one launcher script.
 
-  def __init__(self, script, data_dir, out_dir):
+  Here, or in `jobs` (a box or a host of tests/gcs_box.py): its children
+  are then in the box's namespaces, with the environment it gives a job.
+  """
+
+  def __init__(self, script, data_dir, out_dir, jobs=None):
     self.out_dir = out_dir
     self.runs = 0
     self.log = os.path.join(out_dir, "forked_launcher.stderr")
+    argv = [sys.executable, FORKED_LAUNCHER, script, *SCRIPT_IMPORTS[script]]
+    env = _env(data_dir)
+    if jobs is not None:
+      argv, env = (jobs.command(argv, cwd=REPO),
+                   jobs.environ(_launcher_env(data_dir)))
     with open(self.log, "w") as log:
       self.proc = subprocess.Popen(
-          [sys.executable, FORKED_LAUNCHER, script, *SCRIPT_IMPORTS[script]],
-          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-          text=True, env=_env(data_dir), cwd=REPO)
+          argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+          text=True, env=env, cwd=REPO)
     self._answer()  # Imported: ready.
 
   def _answer(self):
@@ -198,10 +209,10 @@ class _ForkingLauncher:
     return (os.path.join(self.out_dir, f"{self.runs}.stdout"),
             os.path.join(self.out_dir, f"{self.runs}.stderr"))
 
-  def run(self, argv, env, timeout) -> subprocess.CompletedProcess:
+  def run(self, argv, env, timeout, cwd=None) -> subprocess.CompletedProcess:
     out, err = self.outputs()
     pid = self.request(op="fork", argv=argv, env=env or {}, stdout=out,
-                       stderr=err)["pid"]
+                       stderr=err, cwd=cwd)["pid"]
     code = self.request(op="wait", pid=pid, timeout=timeout)["returncode"]
     with open(out) as o, open(err) as e:
       return subprocess.CompletedProcess(argv, code, o.read(), e.read())
@@ -214,20 +225,28 @@ class _ForkingLauncher:
 class _ForkedProcess:
   """What the tests use of `subprocess.Popen`, for a forked launcher child.
 
-  Its stdout is a FIFO, read as a pipe is; the launcher process reaps it
-  only when asked, so its pid stays the child's until `poll` or `wait`
-  sees it end.
+  Its stdout is a FIFO, read as a pipe is, unless `stdout` names a file
+  (then `stderr` does too); the launcher process reaps it only when
+  asked, so its pid stays the child's until `poll` or `wait` sees it end.
   """
 
-  def __init__(self, launcher, argv, env):
+  def __init__(self, launcher, argv, env, stdout=None, stderr=None,
+               cwd=None):
     self._launcher = launcher
     self.args = argv
     self.returncode = None
-    out, self._stderr = launcher.outputs()
-    os.mkfifo(out)
+    if stdout is None:
+      out, self._stderr = launcher.outputs()
+      os.mkfifo(out)
+    else:  # Made here, as `Popen` takes them open: readable at once.
+      out, self._stderr = str(stdout), str(stderr)
+      for path in (out, self._stderr):
+        open(path, "w").close()
     self.pid = launcher.request(op="fork", argv=argv, env=env or {},
-                                stdout=out, stderr=self._stderr)["pid"]
-    self.stdout = open(out)  # Once the child has opened it too.
+                                stdout=out, stderr=self._stderr,
+                                cwd=cwd)["pid"]
+    # Once the child has opened the FIFO too.
+    self.stdout = open(out) if stdout is None else None
 
   def send_signal(self, sig):
     if self.returncode is None:
@@ -250,6 +269,9 @@ class _ForkedProcess:
     return self.returncode
 
   def communicate(self, timeout=None):
+    if self.stdout is None:  # Its output is in files.
+      self.wait(timeout)
+      return None, None
     out = []
     reader = threading.Thread(target=lambda: out.append(self.stdout.read()))
     reader.start()  # Reads while the child runs, as a pipe must be.
@@ -262,14 +284,15 @@ class _ForkedProcess:
 
 @pytest.fixture(scope="session")
 def _forking(data_dir, tmp_path_factory):
-  """The `_ForkingLauncher` of a script, started on first use."""
+  """The `_ForkingLauncher` of a script (in `jobs`, if given), made once."""
   launchers = {}
 
-  def launcher(script):
-    if script not in launchers:
-      launchers[script] = _ForkingLauncher(
-          script, data_dir, str(tmp_path_factory.mktemp("forked")))
-    return launchers[script]
+  def launcher(script, jobs=None):
+    key = script, id(jobs)
+    if key not in launchers:
+      launchers[key] = _ForkingLauncher(
+          script, data_dir, str(tmp_path_factory.mktemp("forked")), jobs)
+    return launchers[key]
 
   yield launcher
   for each in launchers.values():
@@ -382,6 +405,43 @@ def start_forked(_forking):
 
   yield run
   _stop(running)
+
+
+class _ForkedIn:
+  """Launcher jobs in a box or a host (tests/gcs_box.py), forked as
+  `launch_forked` is: for runs not about start-up. `argv` follows the
+  script's path; the launcher process is the box's job (`--guard`ed once),
+  and each child gets `env` on top of what the box gives a job."""
+
+  def __init__(self, forking):
+    self._forking = forking
+    self._started = []
+
+  def start(self, jobs, argv, *, stdout, stderr, env=None, cwd=None,
+            script=TRAIN):
+    """A `_ForkedProcess` whose stdout and stderr go to those files."""
+    self._started.append(_ForkedProcess(
+        self._forking(script, jobs), list(argv), env, stdout=stdout,
+        stderr=stderr, cwd=cwd))
+    return self._started[-1]
+
+  def run(self, jobs, argv, *, env=None, cwd=None, timeout=300,
+          script=TRAIN) -> subprocess.CompletedProcess:
+    """Runs to its end; its output captured as text."""
+    return self._forking(script, jobs).run(list(argv), env, timeout, cwd)
+
+  def stop(self):
+    for proc in self._started:
+      proc.kill()
+      proc.wait()
+
+
+@pytest.fixture
+def forked_in(_forking):
+  """A `_ForkedIn`: its children still running at the test's end are killed."""
+  jobs = _ForkedIn(_forking)
+  yield jobs
+  jobs.stop()
 
 
 # This repository's experiments/ and registry_imports.py (not installed with

@@ -8,14 +8,16 @@ them, prints one `forked_launcher: {...}` line, then answers one JSON
 request a line on stdin with one such line:
 
     {"op": "fork", "argv": [...], "env": {...}, "stdout": path,
-     "stderr": path}                      -> {"pid": N}
+     "stderr": path, "cwd": path or absent}  -> {"pid": N}
     {"op": "wait", "pid": N, "timeout": seconds or null}
                                           -> {"returncode": N}
     {"op": "poll", "pid": N}              -> {"returncode": N or null}
 
 A forked child runs SCRIPT as `python SCRIPT ARGV...` would, with stdout
 and stderr going to those paths (a file, or a FIFO its reader opened);
-its return code reads as `subprocess` gives it (negative: the signal that
+its environment is this process's updated with `env` (`tempfile` reads
+`TMPDIR` again, as a fresh interpreter would), it works in `cwd` if given,
+and its return code reads as `subprocess` gives it (negative: the signal that
 ended it; `wait` kills it with SIGKILL after `timeout`). Each command is its
 own process, with its own exit status, output, signals and files; only the
 import, about 6.5 s of CPU a launch, is done once (`launch_forked` and
@@ -30,6 +32,7 @@ import os
 import runpy
 import signal
 import sys
+import tempfile
 import time
 import traceback
 
@@ -50,6 +53,9 @@ def _child(script, request):
     os.dup2(target, fd)
     os.close(target)
   os.environ.update(request.get("env") or {})
+  tempfile.tempdir = None  # The import's, cached: the child's TMPDIR wins.
+  if request.get("cwd"):
+    os.chdir(request["cwd"])
   sys.argv = [script, *request["argv"]]
   code = 0
   try:

@@ -22,7 +22,6 @@ import uuid
 import pytest
 
 from conftest import REPO
-from conftest import TRAIN
 import gcs_box
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.run import continuous_eval
@@ -181,18 +180,14 @@ def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
   print("; ".join(notes))
 
 
-def _box_job(box, argv, data_dir, tmp_path, name):
+def _box_job(forked_in, box, argv, tmp_path, name):
   """A launcher job in the box; its stdout and stderr in files of `name`."""
   tmpdir = tmp_path / f"{name}.tmp"
   os.makedirs(tmpdir)
-  env = dict(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=REPO, PYTHONUNBUFFERED="1", TMPDIR=str(tmpdir))
-  out = tmp_path / f"{name}.stdout"
-  with open(out, "w") as stdout, open(tmp_path / f"{name}.stderr",
-                                      "w") as stderr:
-    job = box.start([sys.executable, TRAIN, *argv], env=env, stdout=stdout,
-                    stderr=stderr)
-  job.out, job.err = out, tmp_path / f"{name}.stderr"
+  out, err = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
+  job = forked_in.start(box, argv, env={"TMPDIR": str(tmpdir)}, stdout=out,
+                        stderr=err)
+  job.out, job.err = out, err
   return job
 
 
@@ -209,15 +204,16 @@ def _finish(job, timeout=600):
 
 
 @pytest.mark.slow
-def test_on_a_bucket_the_evaluator_sees_every_checkpoint(gcs_box, data_dir,
+def test_on_a_bucket_the_evaluator_sees_every_checkpoint(gcs_box, forked_in,
                                                          tmp_path):
   run = f"every-{uuid.uuid4().hex[:8]}"
   prefixes = {s: f"{run}/{s}" for s in ("before", "with", "after")}
 
   def job(scenario, mode):
-    return _box_job(gcs_box, [EXPERIMENT, f"--mode={mode}", OVERRIDE,
-                              f"--model_dir={gcs_box.bucket_url(prefixes[scenario])}"],
-                    data_dir, tmp_path, f"{scenario}.{mode}")
+    return _box_job(forked_in, gcs_box, [
+        EXPERIMENT, f"--mode={mode}", OVERRIDE,
+        f"--model_dir={gcs_box.bucket_url(prefixes[scenario])}"],
+                    tmp_path, f"{scenario}.{mode}")
 
   evaluators = {"before": job("before", "continuous_eval")}
   deadline = time.monotonic() + 300

@@ -81,15 +81,14 @@ def test_jobs_in_the_box_run_at_once_and_take_signals(gcs_box):
 
 @pytest.mark.slow
 def test_train_and_eval_writes_every_record_to_the_bucket(
-    gcs_box, data_dir, tmp_path):
+    gcs_box, forked_in, data_dir, tmp_path):
   cwd = tmp_path / "cwd"  # Where a model_dir taken for a local path lands.
   cwd.mkdir()
   prefix = f"run-{uuid.uuid4().hex[:8]}"
   model_dir = gcs_box.bucket_url(prefix)
-  proc = gcs_box.run(
-      [sys.executable, TRAIN, "--experiment=digits_convnet",
-       "--mode=train_and_eval", f"--model_dir={model_dir}",
-       f"--params_override={SMOKE}"],
+  proc = forked_in.run(
+      gcs_box, ["--experiment=digits_convnet", "--mode=train_and_eval",
+                f"--model_dir={model_dir}", f"--params_override={SMOKE}"],
       env=_job_env(data_dir, tmp_path / "tmp"), cwd=str(cwd), timeout=600)
   # The run's objects, relative to its model_dir, as the server holds them.
   objects = {name[len(prefix) + 1:] for name in gcs_box.list(prefix + "/")}
@@ -151,32 +150,31 @@ def _logs(box, prefix):
 
 @pytest.mark.slow
 def test_a_bucket_run_that_fails_or_is_preempted_leaves_no_local_log(
-    gcs_box, data_dir, tmp_path):
+    gcs_box, forked_in, data_dir, tmp_path):
   prefix = f"run-{uuid.uuid4().hex[:8]}"
-  train = [sys.executable, TRAIN, "--experiment=digits_convnet",
+  train = ["--experiment=digits_convnet",
            "--mode=train", f"--model_dir={gcs_box.bucket_url(prefix)}",
            "--params_override=trainer.steps_per_loop=100,"
            "trainer.summary_interval=100,trainer.checkpoint_interval=100,"
            "trainer.train_steps=1000000"]
-  out = tmp_path / "trainer.out"
-  with open(out, "w") as stdout:
-    trainer = gcs_box.start(train, env=_job_env(data_dir, tmp_path / "t42"),
-                            stdout=stdout, stderr=subprocess.STDOUT)
-  try:
-    deadline = time.monotonic() + 300
-    while "step " not in out.read_text():
-      assert trainer.poll() is None, out.read_text()
-      assert time.monotonic() < deadline, out.read_text()
-      time.sleep(0.5)
-    trainer.send_signal(signal.SIGTERM)
-    assert trainer.wait(timeout=120) == 42, out.read_text()
-  finally:
-    trainer.kill()
-    trainer.wait()
+  out, err = tmp_path / "trainer.out", tmp_path / "trainer.err"
+  trainer = forked_in.start(gcs_box, train, stdout=out, stderr=err,
+                            env=_job_env(data_dir, tmp_path / "t42"))
+
+  def output():
+    return out.read_text() + err.read_text()[-3000:]
+
+  deadline = time.monotonic() + 300
+  while "step " not in out.read_text():
+    assert trainer.poll() is None, output()
+    assert time.monotonic() < deadline, output()
+    time.sleep(0.5)
+  trainer.send_signal(signal.SIGTERM)
+  assert trainer.wait(timeout=120) == 42, output()
   # Exit 2 once the log is open: the checkpoint does not fit a new model.
-  refused = gcs_box.run(
-      train[:-1] + [train[-1] + ",task.model.dense_units=64",
-                    "--allow_config_change"],
+  refused = forked_in.run(
+      gcs_box, train[:-1] + [train[-1] + ",task.model.dense_units=64",
+                             "--allow_config_change"],
       env=_job_env(data_dir, tmp_path / "t2"), timeout=300)
   assert refused.returncode == 2, refused
   assert "does not fit" in refused.stderr, refused

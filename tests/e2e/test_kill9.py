@@ -39,7 +39,7 @@ def assert_restorable(model_dir):
 
 @pytest.mark.slow
 def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
-    start, launch_forked, tmp_path):
+    start_forked, launch_forked, tmp_path):
   rng = random.Random(int(time.time()))
   model_dir = str(tmp_path / "m")
   kills = []
@@ -47,9 +47,11 @@ def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
   for _ in range(TRIALS):
     if time.monotonic() > deadline:
       break
-    job = start(*ARGS, model_dir=model_dir)
-    # During start-up: restore, dataset, tracing; the first kill is always
-    # in training (a run of start-up kills alone would leave no checkpoint).
+    # Forked from the imported launcher: a start-up kill falls in what the
+    # run does (restore, dataset, tracing), not in TensorFlow's import.
+    job = start_forked(*ARGS, model_dir=model_dir)
+    # The first kill is always in training (a run of start-up kills alone
+    # would leave no checkpoint).
     if kills and rng.random() < 0.2:
       phase, delay = "start-up", rng.uniform(0.5, 4.0)
     else:  # During training, evaluation and checkpoint writes.

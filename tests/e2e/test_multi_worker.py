@@ -47,13 +47,13 @@ def start_workers(start, model_dir, ports, override=MULTI):
 
 @pytest.mark.slow
 def test_two_workers_train_like_one_worker_and_only_chief_writes(
-    start, launch_forked, tmp_path):
+    start_forked, launch_forked, tmp_path):
   single = launch_forked(*ARGS, f"--params_override={OVERRIDE}",
                          model_dir=tmp_path / "single", script=DOUBLES_TRAIN)
   assert single.returncode == 0, single
 
   model_dir = tmp_path / "multi"
-  workers = start_workers(start, model_dir, free_ports(2))
+  workers = start_workers(start_forked, model_dir, free_ports(2))
   results = [w.finish(timeout=300) for w in workers]
   for result in results:
     assert result.returncode == 0, result
@@ -83,11 +83,11 @@ def test_two_workers_train_like_one_worker_and_only_chief_writes(
 
 @pytest.mark.slow
 def test_sigterm_to_one_worker_saves_on_both_exits_42_and_resumes(
-    start, tmp_path):
+    start_forked, tmp_path):
   model_dir = tmp_path / "multi"
   ports = free_ports(2)
   override = MULTI.replace(f"train_steps={STEPS}", "train_steps=400")
-  workers = start_workers(start, model_dir, ports, override)
+  workers = start_workers(start_forked, model_dir, ports, override)
   workers[1].wait_for_line(lambda l: l.startswith("step ") and
                            int(l.split()[1].split("/")[0]) >= 30)
   workers[1].proc.send_signal(signal.SIGTERM)
@@ -100,7 +100,8 @@ def test_sigterm_to_one_worker_saves_on_both_exits_42_and_resumes(
   saved = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
   assert 30 <= saved < 400
 
-  relaunched = start_workers(start, model_dir, free_ports(2), override)
+  relaunched = start_workers(start_forked, model_dir, free_ports(2),
+                             override)
   results = [w.finish(timeout=300) for w in relaunched]
   for result in results:
     assert result.returncode == 0, result
