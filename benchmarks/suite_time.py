@@ -54,6 +54,7 @@ def run_suite(commit: str, work: str) -> dict:
   subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e",
                   ".[test]"], cwd=clone, env=env, check=True)
   log = os.path.join(work, f"{commit}.log")
+  started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
   cpu, began = _children_cpu(), time.monotonic()
   with open(log, "w") as out:
     code = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests"],
@@ -65,8 +66,8 @@ def run_suite(commit: str, work: str) -> dict:
   shutil.rmtree(clone, ignore_errors=True)
   if code == 0:
     os.remove(log)
-  result = {"commit": commit, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-            "returncode": code, "last_line": last}
+  result = {"commit": commit, "started": started, "wall_s": round(wall, 1),
+            "cpu_s": round(cpu, 1), "returncode": code, "last_line": last}
   print(result, flush=True)
   return result
 
