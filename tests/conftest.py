@@ -158,27 +158,21 @@ def launch(data_dir):
   return run
 
 
-# What each launcher script imports before `app.run`, for the forked runs.
-SCRIPT_IMPORTS = {
-    TRAIN: ("tfm_ext.run.launcher", "registry_imports"),
-    DOUBLES_TRAIN: ("tfm_ext.run.launcher", "doubles"),
-    DOWNSTREAM_TRAIN: ("tfm_ext.run.launcher", "downstream_registry"),
-}
 FORKED_LAUNCHER = os.path.join(REPO, "tests", "forked_launcher.py")
 
 
 class _ForkingLauncher:
-  """A `tests/forked_launcher.py` process for one launcher script.
+  """A `tests/forked_launcher.py` process: it imported `modules` once.
 
   Here, or in `jobs` (a box or a host of tests/gcs_box.py): its children
   are then in the box's namespaces, with the environment it gives a job.
   """
 
-  def __init__(self, script, data_dir, out_dir, jobs=None):
+  def __init__(self, modules, data_dir, out_dir, jobs=None):
     self.out_dir = out_dir
     self.runs = 0
     self.log = os.path.join(out_dir, "forked_launcher.stderr")
-    argv = [sys.executable, FORKED_LAUNCHER, script, *SCRIPT_IMPORTS[script]]
+    argv = [sys.executable, FORKED_LAUNCHER]
     env = _env(data_dir)
     if jobs is not None:
       argv, env = (jobs.command(argv, cwd=REPO),
@@ -187,7 +181,7 @@ class _ForkingLauncher:
       self.proc = subprocess.Popen(
           argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
           text=True, env=env, cwd=REPO)
-    self._answer()  # Imported: ready.
+    self.request_line(modules)  # Imported: ready.
 
   def _answer(self):
     prefix = "forked_launcher: "
@@ -198,10 +192,13 @@ class _ForkingLauncher:
       raise AssertionError(f"forked_launcher.py exited {self.proc.wait()}: "
                            f"{f.read()[-3000:]}")
 
-  def request(self, **request):
+  def request_line(self, request):
     self.proc.stdin.write(json.dumps(request) + "\n")
     self.proc.stdin.flush()
     return self._answer()
+
+  def request(self, **request):
+    return self.request_line(request)
 
   def outputs(self):
     """Paths for the next child's stdout and stderr."""
@@ -209,10 +206,11 @@ class _ForkingLauncher:
     return (os.path.join(self.out_dir, f"{self.runs}.stdout"),
             os.path.join(self.out_dir, f"{self.runs}.stderr"))
 
-  def run(self, argv, env, timeout, cwd=None) -> subprocess.CompletedProcess:
+  def run(self, script, argv, env, timeout,
+          cwd=None) -> subprocess.CompletedProcess:
     out, err = self.outputs()
-    pid = self.request(op="fork", argv=argv, env=env or {}, stdout=out,
-                       stderr=err, cwd=cwd)["pid"]
+    pid = self.request(op="fork", script=script, argv=argv, env=env or {},
+                       stdout=out, stderr=err, cwd=cwd)["pid"]
     code = self.request(op="wait", pid=pid, timeout=timeout)["returncode"]
     with open(out) as o, open(err) as e:
       return subprocess.CompletedProcess(argv, code, o.read(), e.read())
@@ -230,10 +228,10 @@ class _ForkedProcess:
   asked, so its pid stays the child's until `poll` or `wait` sees it end.
   """
 
-  def __init__(self, launcher, argv, env, stdout=None, stderr=None,
+  def __init__(self, launcher, script, argv, env, stdout=None, stderr=None,
                cwd=None):
     self._launcher = launcher
-    self.args = argv
+    self.args = [script, *argv]
     self.returncode = None
     if stdout is None:
       out, self._stderr = launcher.outputs()
@@ -242,9 +240,9 @@ class _ForkedProcess:
       out, self._stderr = str(stdout), str(stderr)
       for path in (out, self._stderr):
         open(path, "w").close()
-    self.pid = launcher.request(op="fork", argv=argv, env=env or {},
-                                stdout=out, stderr=self._stderr,
-                                cwd=cwd)["pid"]
+    self.pid = launcher.request(op="fork", script=script, argv=argv,
+                                env=env or {}, stdout=out,
+                                stderr=self._stderr, cwd=cwd)["pid"]
     # Once the child has opened the FIFO too.
     self.stdout = open(out) if stdout is None else None
 
@@ -282,17 +280,36 @@ class _ForkedProcess:
       return out[0], f.read()
 
 
+def _launcher_imports(path):
+  """Writes `modules.json`: what the launcher imports from outside REPO."""
+  listed = subprocess.run(
+      [sys.executable, "-c", "import json, os, sys, tfm_ext.run.launcher\n"
+       "print(json.dumps([name for name, module in list(sys.modules.items())"
+       " if not os.path.abspath(getattr(module, '__file__', None) or '/')"
+       f".startswith({REPO + os.sep!r}) and name != '__main__']))"],
+      capture_output=True, text=True, check=True, env=_env(""), cwd=path)
+  with open(os.path.join(path, "modules.json"), "w") as f:
+    f.write(listed.stdout)
+
+
 @pytest.fixture(scope="session")
 def _forking(data_dir, tmp_path_factory):
-  """The `_ForkingLauncher` of a script (in `jobs`, if given), made once."""
+  """The `_ForkingLauncher` here (in `jobs`, if given), made once.
+
+  Each imports what the launcher imports but this repository's code, listed
+  once a session for every xdist worker; any launcher script forks from it.
+  """
   launchers = {}
 
-  def launcher(script, jobs=None):
-    key = script, id(jobs)
-    if key not in launchers:
-      launchers[key] = _ForkingLauncher(
-          script, data_dir, str(tmp_path_factory.mktemp("forked")), jobs)
-    return launchers[key]
+  def launcher(jobs=None):
+    if id(jobs) not in launchers:
+      listed = built_once(tmp_path_factory, "launcher_imports",
+                          _launcher_imports)
+      with open(os.path.join(listed, "modules.json")) as f:
+        modules = json.load(f)
+      launchers[id(jobs)] = _ForkingLauncher(
+          modules, data_dir, str(tmp_path_factory.mktemp("forked")), jobs)
+    return launchers[id(jobs)]
 
   yield launcher
   for each in launchers.values():
@@ -304,18 +321,33 @@ def launch_forked(_forking):
   """`launch`, for a run that is not about the interpreter's start-up.
 
   Each command is a real process with its own exit status, stdout, stderr,
-  signals and files, forked from one that imported the script's modules
-  once per session and xdist worker (tests/forked_launcher.py): about 6.5 s
-  of CPU less a launch. A fresh interpreter's start-up (quiet imports,
-  signals while TensorFlow loads, the collector, time to the first step)
-  stays with `launch` and `start`, as do scripts that set devices up before
-  their imports.
+  signals and files, forked from one that imported the launcher's
+  third-party modules once per session and xdist worker
+  (tests/forked_launcher.py): about 4 s of CPU less a launch. The child
+  imports this repository's code itself, with its own environment. A fresh
+  interpreter's start-up (quiet imports, signals while TensorFlow loads, the
+  collector, time to the first step) stays with `launch` and `start`.
   """
 
   def run(*args, model_dir, script=TRAIN, timeout=300, env=None):
-    proc = _forking(script).run([f"--model_dir={model_dir}", *args], env,
-                                timeout)
+    proc = _forking().run(script, [f"--model_dir={model_dir}", *args], env,
+                          timeout)
     return Result(proc, str(model_dir))
+
+  return run
+
+
+@pytest.fixture(scope="session")
+def run_forked(_forking):
+  """Runs `python SCRIPT ARGV...`, forked as `launch_forked` is, to its end.
+
+  For scripts that take no --model_dir (the exporters); the output is
+  captured as text, as `subprocess.run` does.
+  """
+
+  def run(script, *argv, timeout=300, env=None,
+          cwd=REPO) -> subprocess.CompletedProcess:
+    return _forking().run(script, list(argv), env, timeout, cwd)
 
   return run
 
@@ -399,7 +431,7 @@ def start_forked(_forking):
 
   def run(*args, model_dir, script=TRAIN, env=None):
     running.append(Running(_ForkedProcess(
-        _forking(script), [f"--model_dir={model_dir}", *args], env),
+        _forking(), script, [f"--model_dir={model_dir}", *args], env),
                            model_dir))
     return running[-1]
 
@@ -421,14 +453,14 @@ class _ForkedIn:
             script=TRAIN):
     """A `_ForkedProcess` whose stdout and stderr go to those files."""
     self._started.append(_ForkedProcess(
-        self._forking(script, jobs), list(argv), env, stdout=stdout,
+        self._forking(jobs), script, list(argv), env, stdout=stdout,
         stderr=stderr, cwd=cwd))
     return self._started[-1]
 
   def run(self, jobs, argv, *, env=None, cwd=None, timeout=300,
           script=TRAIN) -> subprocess.CompletedProcess:
     """Runs to its end; its output captured as text."""
-    return self._forking(script, jobs).run(list(argv), env, timeout, cwd)
+    return self._forking(jobs).run(script, list(argv), env, timeout, cwd)
 
   def stop(self):
     for proc in self._started:

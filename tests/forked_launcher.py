@@ -1,28 +1,32 @@
-"""Runs launcher commands as children forked from one process that imported it.
+"""Runs launcher commands as children forked from one process that imported
+what the launcher imports, all but this repository's code.
 
-    python tests/forked_launcher.py SCRIPT MODULE...
+    python tests/forked_launcher.py
 
-imports each MODULE (what SCRIPT imports: TensorFlow, TFM, the launcher,
-the registrations), with sys.argv and sys.path as `python SCRIPT` sets
-them, prints one `forked_launcher: {...}` line, then answers one JSON
-request a line on stdin with one such line:
+reads one line on stdin, a JSON list of modules (the third-party modules
+the launcher imports: TensorFlow, TFM, Orbit, absl...; conftest.py lists
+them once a session), imports them, prints one `forked_launcher: {...}`
+line, then answers one JSON request a line with one such line:
 
-    {"op": "fork", "argv": [...], "env": {...}, "stdout": path,
-     "stderr": path, "cwd": path or absent}  -> {"pid": N}
+    {"op": "fork", "script": path, "argv": [...], "env": {...},
+     "stdout": path, "stderr": path, "cwd": path or absent} -> {"pid": N}
     {"op": "wait", "pid": N, "timeout": seconds or null}
                                           -> {"returncode": N}
     {"op": "poll", "pid": N}              -> {"returncode": N or null}
 
 A forked child runs SCRIPT as `python SCRIPT ARGV...` would, with stdout
-and stderr going to those paths (a file, or a FIFO its reader opened);
+and stderr going to those paths (a file, or a FIFO its reader opened):
 its environment is this process's updated with `env` (`tempfile` reads
 `TMPDIR` again, as a fresh interpreter would), it works in `cwd` if given,
-and its return code reads as `subprocess` gives it (negative: the signal that
-ended it; `wait` kills it with SIGKILL after `timeout`). Each command is its
-own process, with its own exit status, output, signals and files; only the
-import, about 6.5 s of CPU a launch, is done once (`launch_forked` and
-`start_forked` in conftest.py). TensorFlow's runtime starts in the child:
-this process only imports.
+SCRIPT's folder is first on its path, and SCRIPT imports this repository's
+modules itself (tfm_ext, the registrations: a tenth of a second), so what
+they read at import (sys.argv[0], `TFM_EXT_*` timings) is the child's. Its
+return code reads as `subprocess` gives it (negative: the signal that ended
+it; `wait` kills it with SIGKILL after `timeout`). Each command is its own
+process, with its own exit status, output, signals and files; only the
+third-party import, about 4 s of CPU a launch, is done once, for any script
+(`launch_forked`, `start_forked` and `forked_in` in conftest.py).
+TensorFlow's runtime starts in the child: this process only imports.
 """
 
 import atexit
@@ -44,8 +48,8 @@ def _answer(record):
   sys.__stdout__.flush()
 
 
-def _child(script, request):
-  """Runs `script` as `__main__` with the request's argv; never returns."""
+def _child(request):
+  """Runs the request's script as `__main__` with its argv; never returns."""
   for fd, path in ((0, os.devnull), (1, request["stdout"]),
                    (2, request["stderr"])):
     target = (os.open(path, os.O_RDONLY) if fd == 0 else
@@ -56,7 +60,10 @@ def _child(script, request):
   tempfile.tempdir = None  # The import's, cached: the child's TMPDIR wins.
   if request.get("cwd"):
     os.chdir(request["cwd"])
+  script = request["script"]
   sys.argv = [script, *request["argv"]]
+  sys.path[0] = os.path.dirname(os.path.abspath(script))  # As python SCRIPT.
+  importlib.invalidate_caches()  # Modules written since this process began.
   code = 0
   try:
     runpy.run_path(script, run_name="__main__")
@@ -98,13 +105,12 @@ class _Children:
     return self.returncodes[pid]
 
 
-def main(script, modules):
-  # As `python SCRIPT` sets them while SCRIPT imports (the launcher names
-  # its key flags after sys.argv[0]): the script's folder first on the path.
-  sys.argv = [script]
-  sys.path[0] = os.path.dirname(os.path.abspath(script))
-  for module in modules:
-    importlib.import_module(module)
+def main():
+  for module in json.loads(sys.stdin.readline()):
+    try:
+      importlib.import_module(module)
+    except ImportError:  # A name another module put in sys.modules.
+      pass
   children = _Children()
   _answer({"ready": os.getpid()})
   for line in sys.stdin:
@@ -114,7 +120,7 @@ def main(script, modules):
       sys.stderr.flush()
       pid = os.fork()
       if pid == 0:
-        _child(script, request)
+        _child(request)
       _answer({"pid": pid})
     elif request["op"] == "wait":
       _answer({"returncode": children.wait(request["pid"],
@@ -124,4 +130,4 @@ def main(script, modules):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1], sys.argv[2:])
+  main()

@@ -74,17 +74,17 @@ def test_eval_without_checkpoint(launch_forked, tmp_path):
   assert_clean_usage_error(run, "No checkpoint in --model_dir")
 
 
-def test_global_batch_not_divisible_by_replicas(launch, tmp_path):
+def test_global_batch_not_divisible_by_replicas(launch_forked, tmp_path):
   # Two logical CPUs and `mirrored` give two replicas; 63 does not split.
-  run = launch(EXP, "--mode=train", "--params_override="
-               "runtime.distribution_strategy=mirrored,"
-               "task.train_data.global_batch_size=63",
-               model_dir=tmp_path / "m", script=TWO_CPUS_TRAIN)
+  run = launch_forked(EXP, "--mode=train", "--params_override="
+                      "runtime.distribution_strategy=mirrored,"
+                      "task.train_data.global_batch_size=63",
+                      model_dir=tmp_path / "m", script=TWO_CPUS_TRAIN)
   assert_clean_usage_error(run, "task.train_data.global_batch_size=63",
                            "2 replicas")
 
 
-def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
+def test_real_bug_in_a_hook_keeps_its_traceback(launch_forked, tmp_path):
   script = tmp_path / "buggy.py"
   script.write_text(textwrap.dedent("""
       from absl import app
@@ -99,9 +99,9 @@ def test_real_bug_in_a_hook_keeps_its_traceback(launch, tmp_path):
 
       app.run(tfm_ext.run.launcher.main)
   """))
-  run = launch(EXP, "--mode=train", "--trainer=buggy",
-               f"--params_override={SMOKE}", model_dir=tmp_path / "m",
-               script=str(script))
+  run = launch_forked(EXP, "--mode=train", "--trainer=buggy",
+                      f"--params_override={SMOKE}", model_dir=tmp_path / "m",
+                      script=str(script))
   assert run.returncode != 0
   assert "Traceback" in run.stderr and "ZeroDivisionError" in run.stderr, run
   assert "train_loop_end" in run.stderr

@@ -18,8 +18,8 @@ d. an evaluator whose claim was taken over while it was stopped records
 The lease and claim timings come from the environment
 (`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`,
 `TFM_EXT_CLAIM_RENEW_SECONDS`, `TFM_EXT_CLAIM_STALE_SECONDS`); those runs
-start fresh interpreters (`start`), so the variables hold whether they are
-read at import or at construction.
+are forked (`start_forked`) before they import tfm_ext, so the variables
+hold whether they are read at import or at construction.
 """
 
 import csv
@@ -149,12 +149,16 @@ FOREVER = ("--mode=train", "--params_override=trainer.train_steps=1000000,"
 NOT_RECORDS = ("logs", "train", "validation", "metrics.csv", "curves.png")
 
 
-def _lease_holder(model_dir):
+def _lease(model_dir):
   try:
     with open(os.path.join(model_dir, "trainer_lease.json")) as f:
-      return json.load(f).get("pid")
+      return json.load(f)
   except (OSError, ValueError):
-    return None
+    return {}
+
+
+def _lease_holder(model_dir):
+  return _lease(model_dir).get("pid")
 
 
 def _wait_for(predicate, timeout, what):
@@ -164,17 +168,24 @@ def _wait_for(predicate, timeout, what):
     time.sleep(0.1)
 
 
-def test_trainer_that_lost_its_lease_writes_nothing(start, tmp_path):
+def test_trainer_that_lost_its_lease_writes_nothing(start_forked, tmp_path):
   model_dir = tmp_path / "m"
-  a = start(EXPERIMENT, *FOREVER, model_dir=model_dir, env=LEASE_ENV)
+  a = start_forked(EXPERIMENT, *FOREVER, model_dir=model_dir, env=LEASE_ENV)
   a.wait_for_line(lambda l: _step_of(l) is not None
                   and _latest_step(model_dir) is not None)
   a.proc.send_signal(signal.SIGSTOP)  # Suspended: its heartbeat stops.
   stopped_at = _latest_step(model_dir)
   try:
-    # B starts; A's heartbeat goes stale (4 s); B takes the lease, resumes
-    # A's checkpoint and trains on past it, saving checkpoints of its own.
-    b = start(EXPERIMENT, *FOREVER, model_dir=model_dir, env=LEASE_ENV)
+    # B starts once A has missed its beats (a fresh interpreter's import
+    # took that long; a forked B starts at once and would be refused by a
+    # live holder); A's heartbeat goes stale (4 s); B takes the lease,
+    # resumes A's checkpoint and trains on past it, saving checkpoints of
+    # its own.
+    beat = float(LEASE_ENV["TFM_EXT_LEASE_HEARTBEAT_SECONDS"])
+    _wait_for(lambda: time.time() - _lease(model_dir).get("heartbeat", 1e12)
+              > 3.5 * beat, 30, "A's missed beats")
+    b = start_forked(EXPERIMENT, *FOREVER, model_dir=model_dir,
+                     env=LEASE_ENV)
     b.wait_for_line(lambda l: (_step_of(l) or 0) > stopped_at + 10
                     and _latest_step(model_dir) > stopped_at, timeout=180)
     assert _lease_holder(model_dir) == b.proc.pid
@@ -346,12 +357,12 @@ def _ledger(model_dir):
 
 @pytest.mark.slow
 def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
-    start, two_checkpoints, tmp_path):
+    start_forked, two_checkpoints, tmp_path):
   model_dir = tmp_path / "m"
   shutil.copytree(two_checkpoints, model_dir)
   ledger = os.path.join(model_dir, "eval_ledger")
-  first = start(EXPERIMENT, "--mode=continuous_eval", SLOW_EVAL,
-                model_dir=model_dir, env=CLAIM_ENV)
+  first = start_forked(EXPERIMENT, "--mode=continuous_eval", SLOW_EVAL,
+                       model_dir=model_dir, env=CLAIM_ENV)
   # It evaluates ckpt-10, then claims ckpt-20 (the final step), and is
   # stopped in the middle of that evaluation: once it has renewed the claim
   # twice (a second into it), or 3 s after the claim's settle time.
@@ -367,8 +378,8 @@ def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
         "the evaluation ended before the evaluator was stopped")
     # The second takes the claim over once unrenewed for 3 s, evaluates
     # ckpt-20, records it, and stops: the training's final step is done.
-    second = start(EXPERIMENT, "--mode=continuous_eval", SLOW_EVAL,
-                   model_dir=model_dir, env=CLAIM_ENV)
+    second = start_forked(EXPERIMENT, "--mode=continuous_eval", SLOW_EVAL,
+                          model_dir=model_dir, env=CLAIM_ENV)
     took_over = second.finish(timeout=240)
     assert took_over.returncode == 0, took_over
     assert "eval @ step 20" in took_over.stdout, took_over

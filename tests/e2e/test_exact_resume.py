@@ -132,17 +132,18 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_resumes_bitwise_identical(
-    launch, start, tmp_path):
+    launch_forked, start_forked, tmp_path):
   run_args = args("runtime.distribution_strategy=mirrored")
-  reference = launch(*run_args, model_dir=tmp_path / "reference",
+  reference = launch_forked(*run_args, model_dir=tmp_path / "reference",
                      script=TWO_CPUS_TRAIN)
   assert reference.returncode == 0, reference
   assert strategy(reference) == ("MirroredStrategy", 2)
   model_dir = tmp_path / "interrupted"
-  interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args, r"step 30/",
+  interrupt(start_forked, model_dir, TWO_CPUS_TRAIN, run_args, r"step 30/",
             signal.SIGKILL)
-  interrupt(start, model_dir, TWO_CPUS_TRAIN, run_args,
+  interrupt(start_forked, model_dir, TWO_CPUS_TRAIN, run_args,
             r"eval begins @ step 100", signal.SIGTERM)
-  final = launch(*run_args, model_dir=model_dir, script=TWO_CPUS_TRAIN)
+  final = launch_forked(*run_args, model_dir=model_dir,
+                        script=TWO_CPUS_TRAIN)
   assert final.returncode == 0, final
   assert differing(tmp_path / "reference", model_dir) == []

@@ -179,12 +179,14 @@ def test_a_bucket_run_that_fails_or_is_preempted_leaves_no_local_log(
   assert refused.returncode == 2, refused
   assert "does not fit" in refused.stderr, refused
   assert len(_logs(gcs_box, prefix)) == 2  # Both logs copied to the bucket.
-  nan = gcs_box.run(
-      [sys.executable, DOUBLES_TRAIN, "--experiment=digits_nan",
-       "--mode=train", f"--model_dir={gcs_box.bucket_url(prefix + '-nan')}",
-       "--params_override=trainer.train_steps=60,trainer.steps_per_loop=10,"
-       "trainer.checkpoint_interval=10,task.nan_at_step=25"],
-      env=_job_env(data_dir, tmp_path / "t3"), timeout=300)
+  nan = forked_in.run(
+      gcs_box, ["--experiment=digits_nan", "--mode=train",
+                f"--model_dir={gcs_box.bucket_url(prefix + '-nan')}",
+                "--params_override=trainer.train_steps=60,"
+                "trainer.steps_per_loop=10,trainer.checkpoint_interval=10,"
+                "task.nan_at_step=25"],
+      env=_job_env(data_dir, tmp_path / "t3"), timeout=300,
+      script=DOUBLES_TRAIN)
   assert nan.returncode == 3, nan
   assert len(_logs(gcs_box, prefix + "-nan")) == 1
   for name in ("t42", "t2", "t3"):

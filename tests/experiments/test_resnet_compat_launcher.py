@@ -50,14 +50,14 @@ def stats(stdout):
 
 @pytest.mark.slow
 def test_readme_smoke_command_trains_one_capped_epoch_and_reports_stats(
-    launch, imagenet_dir, tmp_path):
+    launch_forked, imagenet_dir, tmp_path):
   # The README's GPU command, shrunk to this CPU: no GPU, batch 2, 2 steps.
   args = readme_args(README_GPU)
   args = [a for a in args if not a.startswith(("--num_gpus", "--batch_size",
                                                "--train_steps"))]
-  run = launch(*args, "--num_gpus=0", "--batch_size=2", "--train_steps=2",
-               f"--data_dir={imagenet_dir}", model_dir=tmp_path / "m",
-               script=MAIN)
+  run = launch_forked(*args, "--num_gpus=0", "--batch_size=2",
+                      "--train_steps=2", f"--data_dir={imagenet_dir}",
+                      model_dir=tmp_path / "m", script=MAIN)
   assert run.returncode == 0, run
   # --train_steps caps training at one epoch of 2 steps: not 90 epochs.
   assert run.summary()["global_step"] == 2
@@ -79,11 +79,11 @@ def test_readme_smoke_command_trains_one_capped_epoch_and_reports_stats(
 
 @pytest.mark.slow
 def test_tpu_style_command_on_cpu_checkpoints_every_5_loops_and_profiles(
-    launch, tmp_path):
+    launch_forked, tmp_path):
   model_dir = tmp_path / "m"
   model_dir.mkdir()
   (model_dir / "params.yaml").write_text("stale: true\n")  # A past run's.
-  run = launch(
+  run = launch_forked(
       "--clean", "--num_gpus=0", "--batch_size=2", "--steps_per_loop=1",
       "--train_steps=6", "--use_synthetic_data=true", "--dtype=fp32",
       "--enable_eager=true", "--enable_tensorboard=true", "--log_steps=2",
@@ -113,25 +113,26 @@ def test_tpu_style_command_on_cpu_checkpoints_every_5_loops_and_profiles(
 
 
 def test_readme_gpu_command_unchanged_asks_for_gpus_this_cpu_lacks(
-    launch, imagenet_dir, tmp_path):
-  run = launch(*readme_args(README_GPU), f"--data_dir={imagenet_dir}",
-               model_dir=tmp_path / "m", script=MAIN)
+    launch_forked, imagenet_dir, tmp_path):
+  run = launch_forked(*readme_args(README_GPU),
+                      f"--data_dir={imagenet_dir}", model_dir=tmp_path / "m",
+                      script=MAIN)
   assert_clean_usage_error(run, "--num_gpus=2 asks for 2 GPUs",
                            "has 0", "--num_gpus=0")
 
 
 def test_data_dir_without_imagenet_tfrecords_is_a_usage_error(
-    launch, tmp_path):
+    launch_forked, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
-  run = launch("--num_gpus=0", f"--data_dir={empty}",
-               model_dir=tmp_path / "m", script=MAIN)
+  run = launch_forked("--num_gpus=0", f"--data_dir={empty}",
+                      model_dir=tmp_path / "m", script=MAIN)
   assert_clean_usage_error(run, "task.train_data.input_path",
                            f"{empty}/train-*-of-01024", "matches no file")
 
 
 def test_batch_that_two_replicas_cannot_split_is_a_usage_error(
-    launch, imagenet_dir, tmp_path):
+    launch_forked, imagenet_dir, tmp_path):
   script = tmp_path / "two_cpus.py"
   script.write_text(textwrap.dedent(f"""
       import runpy, sys
@@ -142,8 +143,9 @@ def test_batch_that_two_replicas_cannot_split_is_a_usage_error(
       sys.argv[0] = {MAIN!r}
       runpy.run_path({MAIN!r}, run_name="__main__")
   """))
-  run = launch("--num_gpus=0", "--batch_size=3", f"--data_dir={imagenet_dir}",
-               model_dir=tmp_path / "m", script=str(script))
+  run = launch_forked("--num_gpus=0", "--batch_size=3",
+                      f"--data_dir={imagenet_dir}", model_dir=tmp_path / "m",
+                      script=str(script))
   assert_clean_usage_error(run, "global_batch_size=3", "2 replicas")
 
 

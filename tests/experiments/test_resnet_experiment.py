@@ -2,8 +2,6 @@
 
 import functools
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -119,14 +117,11 @@ def test_native_run_trains_past_an_epoch_on_real_jpegs_and_evaluates(
 
 @pytest.mark.slow
 def test_export_writes_hub_models_that_agree_with_the_trained_model(
-    native_run, tmp_path):
+    native_run, run_forked, tmp_path):
   _, model_dir = native_run
   export_dir = tmp_path / "hub"
-  proc = subprocess.run(
-      [sys.executable, EXPORT, f"--checkpoint={model_dir}",
-       f"--export_dir={export_dir}"],
-      capture_output=True, text=True, timeout=300, cwd=REPO,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+  proc = run_forked(EXPORT, f"--checkpoint={model_dir}",
+                    f"--export_dir={export_dir}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "exported feature-vector" in proc.stdout
 
@@ -148,12 +143,10 @@ def test_export_writes_hub_models_that_agree_with_the_trained_model(
                              atol=1e-4)
 
 
-def test_export_of_a_missing_checkpoint_is_a_usage_error(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, EXPORT, f"--checkpoint={tmp_path}/nowhere/ckpt-3",
-       f"--export_dir={tmp_path}/hub"],
-      capture_output=True, text=True, timeout=120, cwd=REPO,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+def test_export_of_a_missing_checkpoint_is_a_usage_error(run_forked,
+                                                          tmp_path):
+  proc = run_forked(EXPORT, f"--checkpoint={tmp_path}/nowhere/ckpt-3",
+                    f"--export_dir={tmp_path}/hub", timeout=120)
   assert proc.returncode == 2
   assert "Traceback" not in proc.stderr
   assert "error: --checkpoint=" in proc.stderr

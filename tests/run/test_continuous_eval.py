@@ -197,11 +197,11 @@ def ledger_bytes(model_dir):
 
 @pytest.mark.slow
 def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
-    start, two_checkpoints, tmp_path):
+    start_forked, two_checkpoints, tmp_path):
   model_dir = tmp_path / "m"
   shutil.copytree(two_checkpoints, model_dir)
-  stalled = start(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
-                  model_dir=model_dir, env=CLAIM_ENV)
+  stalled = start_forked(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
+                         model_dir=model_dir, env=CLAIM_ENV)
   deadline = time.monotonic() + 180
   while claim_of(model_dir, "ckpt-10").get("pid") != stalled.proc.pid:
     assert stalled.proc.poll() is None, stalled.finish()
@@ -212,8 +212,8 @@ def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
   stalled.proc.send_signal(signal.SIGSTOP)
   try:
     assert not ledger_bytes(model_dir), "ckpt-10 was done before the stop"
-    other = start(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
-                  model_dir=model_dir, env=CLAIM_ENV)
+    other = start_forked(TRAIN_ARGS[0], "--mode=continuous_eval", SLOW_EVAL,
+                         model_dir=model_dir, env=CLAIM_ENV)
     took_over = other.finish(timeout=240)
     assert took_over.returncode == 0, took_over
     assert "Taking over the claim on ckpt-10" in took_over.stderr, took_over

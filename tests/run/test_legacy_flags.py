@@ -197,14 +197,16 @@ def test_fp16_graph_rewrite_trains_in_float32_and_needs_fp16():
         ours(["--num_gpus=0", "--fp16_implementation=graph_rewrite"]), 0)
 
 
-def test_short_names_drive_a_real_run(launch, imagenet_dir, tmp_path):
-  # `launch` passes --model_dir first; --md, later, must win. Eager steps
-  # and no evaluation keep ResNet50 on this CPU to a few seconds.
-  run = launch(f"--md={tmp_path / 'm'}", f"--dd={imagenet_dir}", "--bs=2",
-               "--ng=0", "--te=3", "--ebe=2", "--train_steps=2", "--skip_eval",
-               "--use_tf_function=false", "--use_tf_while_loop=false",
-               "--report_accuracy_metrics=false", "--gt_mode=gpu_private",
-               model_dir=tmp_path / "not_used", script=MAIN)
+def test_short_names_drive_a_real_run(launch_forked, imagenet_dir,
+                                      tmp_path):
+  # `launch_forked` passes --model_dir first; --md, later, must win. Eager
+  # steps and no evaluation keep ResNet50 on this CPU to a few seconds.
+  run = launch_forked(
+      f"--md={tmp_path / 'm'}", f"--dd={imagenet_dir}", "--bs=2", "--ng=0",
+      "--te=3", "--ebe=2", "--train_steps=2", "--skip_eval",
+      "--use_tf_function=false", "--use_tf_while_loop=false",
+      "--report_accuracy_metrics=false", "--gt_mode=gpu_private",
+      model_dir=tmp_path / "not_used", script=MAIN)
   assert run.returncode == 0, run
   assert not (tmp_path / "not_used").exists()
   with open(tmp_path / "m" / "run_summary.json") as f:

@@ -25,8 +25,8 @@ OVERRIDE = (f"task.train_data.global_batch_size={GLOBAL_BATCH},"
 
 @pytest.mark.parametrize("in_checkpoint", [True, False])
 def test_mirrored_replicas_each_train_on_their_share_of_the_global_batch(
-    launch, tmp_path, in_checkpoint):
-  result = launch(
+    launch_forked, tmp_path, in_checkpoint):
+  result = launch_forked(
       "--experiment=digits_rows", "--mode=train",
       f"--params_override={OVERRIDE},"
       f"trainer.checkpoint_input_iterator={str(in_checkpoint).lower()}",
