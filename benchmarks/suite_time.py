@@ -13,8 +13,9 @@ records the wall time and the CPU time of the suite's whole process tree
 line; per commit the spread of each, and per round the ratio of every
 commit's wall and CPU to the first commit's (below 1: faster than it).
 
-Writes `benchmarks/suite/<date>-<first>-<others>.json`; the suite's output
-goes to a `.log` beside each clone, which is kept only when it failed.
+Writes `benchmarks/suite/<date>-<first>-<others>.json`, with the tests
+that failed in a run; the suite's output goes to a `.log` per run beside
+the clones, kept only when it failed.
 """
 
 import argparse
@@ -53,8 +54,8 @@ def run_suite(commit: str, work: str) -> dict:
   env = {**os.environ, **ENV}
   subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e",
                   ".[test]"], cwd=clone, env=env, check=True)
-  log = os.path.join(work, f"{commit}.log")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+  log = os.path.join(work, f"{commit}-{started[:19].replace(' ', '-')}.log")
   cpu, began = _children_cpu(), time.monotonic()
   with open(log, "w") as out:
     code = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests"],
@@ -62,12 +63,14 @@ def run_suite(commit: str, work: str) -> dict:
                           stderr=subprocess.STDOUT, check=False).returncode
   wall, cpu = time.monotonic() - began, _children_cpu() - cpu
   with open(log) as f:
-    last = f.read().strip().splitlines()[-1]
+    lines = f.read().strip().splitlines()
   shutil.rmtree(clone, ignore_errors=True)
   if code == 0:
     os.remove(log)
   result = {"commit": commit, "started": started, "wall_s": round(wall, 1),
-            "cpu_s": round(cpu, 1), "returncode": code, "last_line": last}
+            "cpu_s": round(cpu, 1), "returncode": code,
+            "last_line": lines[-1],
+            "failed": [l for l in lines if l.startswith(("FAILED", "ERROR"))]}
   print(result, flush=True)
   return result
 
