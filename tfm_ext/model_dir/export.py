@@ -1,4 +1,4 @@
-"""Exports a model as a SavedModel whose `serving_default` takes its inputs.
+"""Exports a model as a SavedModel whose `serving_default` serves it.
 
 `--mode=export` writes the checkpoint `--checkpoint_path` names (a prefix,
 a directory or a step), by default the best checkpoint of `model_dir` (the
@@ -11,6 +11,12 @@ best list recorded for it:
     serving_inputs(model, task, trainer)   -> ServingInputs (the hook below)
     ServingModule(params, model, inputs)   TFM's `export_base.ExportModule`
     save(module, export_dir)               written whole, never overwritten
+
+A task of TFM's vision tasks (classification, RetinaNet, Mask R-CNN,
+segmentation, video) is exported as TFM's `export_saved_model.py` exports
+it, by TFM's own module, preprocessing inside (`tfm_ext.model_dir.tfm_serving`,
+`--input_type`, `--batch_size`, `--input_image_size`). Any other model is
+exported by `ServingModule`:
 
 The signature's tensors are named after the model's inputs: `inputs` for a
 model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys or
@@ -49,6 +55,7 @@ from tfm_ext.model_dir import _best_checkpoint_files as best_checkpoint_files
 from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
+from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import failures
 
 SUBDIR = "export"
@@ -168,14 +175,35 @@ def save(module: ServingModule, export_dir: str) -> str:
 
   TFM's `export_base.export` saves the module as the SavedModel's root;
   here the root is the model, so the SavedModel also loads with
-  `tf_keras.models.load_model` (the TF-Hub exports rely on it). It is
-  written into a hidden sibling of this process's own and moved into
-  place (`place`): on a local disk a reader (TF Serving watching
-  `export/`) never sees it half-written. Two exports of one directory at
-  once each write their own; the first to place it wins and the other's
-  copy is dropped. What
-  an interrupted export of this machine left is cleared first
-  (`_clear_leftovers`).
+  `tf_keras.models.load_model` (the TF-Hub exports rely on it). Written as
+  `write_placed` writes.
+
+  Raises:
+    FileExistsError: `export_dir` exists, or another export put it there
+      meanwhile; it is never overwritten.
+  """
+  def write(partial):
+    tf_logger = tf.get_logger()
+    tf_logger.addFilter(_demote_compile_warning)
+    try:
+      module.model.save(partial, save_format="tf", include_optimizer=False,
+                        signatures=module.get_inference_signatures(
+                            {"serve": SIGNATURE}))
+    finally:
+      tf_logger.removeFilter(_demote_compile_warning)
+
+  return write_placed(export_dir, write)
+
+
+def write_placed(export_dir: str, write: Callable[[str], None]) -> str:
+  """`write(partial)` fills a new folder that then becomes `export_dir`.
+
+  `partial` is a hidden sibling of this process's own, moved into place
+  (`place`): on a local disk a reader (TF Serving watching `export/`)
+  never sees it half-written. Two exports of one directory at once each
+  write their own; the first to place it wins and the other's copy is
+  dropped. What an interrupted export of this machine left is cleared
+  first (`_clear_leftovers`). Returns `export_dir`.
 
   Raises:
     FileExistsError: `export_dir` exists, or another export put it there
@@ -188,14 +216,7 @@ def save(module: ServingModule, export_dir: str) -> str:
   owner = _owner()
   _clear_leftovers(parent, name, owner)
   partial = os.path.join(parent, f".{name}.partial.{owner}.{os.getpid()}")
-  tf_logger = tf.get_logger()
-  tf_logger.addFilter(_demote_compile_warning)
-  try:
-    module.model.save(partial, save_format="tf", include_optimizer=False,
-                      signatures=module.get_inference_signatures(
-                          {"serve": SIGNATURE}))
-  finally:
-    tf_logger.removeFilter(_demote_compile_warning)
+  write(partial)
   place(partial, export_dir)
   return export_dir
 
@@ -345,28 +366,42 @@ def recorded_metrics(model_dir: str, best_subdir: str,
   return {}
 
 
-def export_model_dir(trainer, params, model_dir: str,
-                     chosen: str = "") -> Dict[str, Any]:
+def export_model_dir(
+    trainer, params, model_dir: str, chosen: str = "",
+    serving: tfm_serving.ServingOptions = tfm_serving.ServingOptions()
+) -> Dict[str, Any]:
   """Exports `model_dir`'s chosen, best or latest checkpoint to `export/<step>/`.
 
-  `chosen` is `--checkpoint_path` (`checkpoint_to_export`). Restores the
-  checkpoint into `trainer`'s model and global step, so the run records the
-  exported step. Prints `export @ step N | <dir>`, or that the step's export
-  exists (left as it is); returns the checkpoint's recorded metrics
+  `chosen` is `--checkpoint_path` (`checkpoint_to_export`). A task of TFM's
+  vision tasks is exported by TFM's own module, as `serving` says
+  (`tfm_ext.model_dir.tfm_serving`); any other model by `ServingModule`,
+  taking what `serving_inputs` says. The checkpoint is read once, into the
+  exported model and `trainer`'s global step, so the run records the
+  exported step. Prints `export @ step N | <dir>`, or that the step's
+  export exists (left as it is); returns the checkpoint's recorded metrics
   (`recorded_metrics`), which the export's summary keeps.
+
+  Raises:
+    UsageError: no checkpoint to export, or `serving` does not fit the task.
   """
   best_subdir = params.trainer.best_checkpoint_export_subdir
   checkpoint = checkpoint_to_export(model_dir, best_subdir, chosen)
+  # TFM's module builds the model it serves, so it exists before the read.
+  vision = tfm_serving.vision_export(params, serving)
   with failures.phase("restore", checkpoint):
-    restore(checkpoint, model=trainer.model, global_step=trainer.global_step)
+    restore(checkpoint, model=vision.module.model if vision else trainer.model,
+            global_step=trainer.global_step)
   step = int(trainer.global_step.numpy())
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
   metrics = recorded_metrics(model_dir, best_subdir, checkpoint)
   # Checked first, so an existing export never traces the serving module.
   if not tf.io.gfile.exists(export_dir):
     try:
-      save(ServingModule(params, trainer.model, serving_inputs(
-          trainer.model, trainer, trainer.task)), export_dir)
+      if vision:
+        write_placed(export_dir, vision.write)
+      else:
+        save(ServingModule(params, trainer.model, serving_inputs(
+            trainer.model, trainer, trainer.task)), export_dir)
     except FileExistsError:  # Another export finished first.
       pass
     else:

@@ -60,6 +60,7 @@ from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
+from tfm_ext.model_dir import tfm_serving
 from tfm_ext.model_dir import usable
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
@@ -88,6 +89,9 @@ class RunRequest:
   notify_url: str = ""
   # --checkpoint_path: the checkpoint `export` takes (`tfm_ext.model_dir.export`).
   checkpoint_path: str = ""
+  # --input_type, --batch_size, --input_image_size: how `export` serves TFM's
+  # vision tasks (`tfm_ext.model_dir.tfm_serving`).
+  serving: tfm_serving.ServingOptions = tfm_serving.ServingOptions()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,7 +325,8 @@ def _drive(plan: Plan, parts: assembly.Parts,
   ctx = modes.ModeContext(controller=parts.controller, params=request.params,
                           model_dir=request.model_dir,
                           should_stop=lambda: watcher.stopping,
-                          checkpoint_path=request.checkpoint_path)
+                          checkpoint_path=request.checkpoint_path,
+                          serving=request.serving)
   previous = _previous_summary(plan, parts) if parts.trained else None
   try:
     with plan.strategy.scope():

@@ -50,6 +50,7 @@ from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import run_summary
+from tfm_ext.model_dir import tfm_serving
 from tfm_ext.model_dir import usable
 from tfm_ext.run import driver
 from tfm_ext.run import failures
@@ -91,6 +92,21 @@ flags.DEFINE_string(
     "take it: a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory (its "
     "latest) or a step (300). Default: the best (of equal values, the "
     "older), else the latest.")
+# TFM's official/vision/serving/export_saved_model.py flags, for --mode=export
+# of TFM's vision tasks (tfm_ext.model_dir.tfm_serving).
+flags.DEFINE_string(
+    "input_type", None,
+    "For --mode=export of TFM's vision tasks: one of `image_tensor` (the "
+    "default), `image_bytes`, `tf_example` and `tflite`.")
+flags.DEFINE_integer(
+    "batch_size", None,
+    "For --mode=export of TFM's vision tasks: the signature's batch size. "
+    "Default: any.")
+flags.DEFINE_string(
+    "input_image_size", None,
+    "For --mode=export of TFM's vision tasks: height,width (a video's "
+    "frames,height,width). Default: the size the task's evaluation feeds "
+    "its model, else 224,224.")
 flags.DEFINE_bool(
     "allow_config_change", False,
     "Resume a model_dir even though the config differs from its params.yaml "
@@ -260,7 +276,10 @@ def _request() -> driver.RunRequest:
       allow_config_change=FLAGS.allow_config_change,
       enable_async_checkpointing=FLAGS.enable_async_checkpointing,
       notify_url=FLAGS.notify_url or "",
-      checkpoint_path=FLAGS.checkpoint_path or "")
+      checkpoint_path=FLAGS.checkpoint_path or "",
+      serving=tfm_serving.ServingOptions.from_flags(
+          input_type=FLAGS.input_type, batch_size=FLAGS.batch_size,
+          input_image_size=FLAGS.input_image_size))
 
 
 def _sources() -> params_lib.ConfigSources:

@@ -13,6 +13,7 @@ from official.core import config_definitions
 
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import export
+from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import continuous_eval
 from tfm_ext.run import failures
 from tfm_ext.training import registry
@@ -30,6 +31,9 @@ class ModeContext:
   should_stop: Callable[[], bool] = lambda: False
   # --checkpoint_path: the checkpoint an export takes.
   checkpoint_path: str = ""
+  # --input_type, --batch_size, --input_image_size: how TFM's vision tasks
+  # are served (`tfm_ext.model_dir.tfm_serving`).
+  serving: tfm_serving.ServingOptions = tfm_serving.ServingOptions()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +106,8 @@ def _export(ctx: ModeContext) -> Logs:
   """
   with failures.phase("export", ctx.model_dir):
     return export.export_model_dir(ctx.controller.evaluator, ctx.params,
-                                   ctx.model_dir, ctx.checkpoint_path)
+                                   ctx.model_dir, ctx.checkpoint_path,
+                                   ctx.serving)
 
 
 MODES = {
