@@ -83,10 +83,39 @@ def test_other_values_go_to_summary_fn(tmp_path):
   assert written["loss"][-2] == "scalars"
   assert written["weights"][-2] == "histograms"
   assert written["flag"][-2] == "histograms"
-  # As with Orbit's manager, summary_fn's own errors reach the caller.
+
+
+def test_a_tensor_that_is_no_scalar_is_a_histogram_not_an_error(tmp_path):
+  # tf.summary.scalar, Orbit's and stock TFM's summary_fn, raises on it.
+  step = tf.Variable(5, dtype=tf.int64)
   with pytest.raises(ValueError):
-    write(summaries.ScalarSummaryManager, str(tmp_path), step,
-          {"weights": np.arange(4.0)})
+    write(orbit.utils.SummaryManager, str(tmp_path / "orbit"), step,
+          {"per_class": np.arange(4.0)})
+  write(summaries.ScalarSummaryManager, str(tmp_path / "ours"), step,
+        {"per_class": np.arange(4.0), "count": tf.constant(3.0)})
+  written = {e[2]: e for e in events(str(tmp_path / "ours"))}
+  assert written["per_class"][-2] == "histograms"
+  assert written["count"][-2] == "scalars"
+
+
+def test_images_are_written_as_stock_tfm_writes_them(tmp_path):
+  # Semantic segmentation's evaluation with task.allow_image_summary, as
+  # stock's train.py writes it (official.vision.utils.summary_manager).
+  from official.vision.utils import summary_manager as tfm_summaries  # pylint: disable=g-import-not-at-top
+  step = tf.Variable(6, dtype=tf.int64)
+  images = tf.random.stateless_uniform([25, 8, 8, 3], seed=[1, 2])
+  logs = {"mean_iou": np.float32(0.5),
+          "image/validation_outputs": images}
+  tfm_summaries.ImageScalarSummaryManager(
+      str(tmp_path / "stock"), scalar_summary_fn=tf.summary.scalar,
+      image_summary_fn=tf.summary.image, global_step=step).write_summaries(logs)
+  write(summaries.ScalarSummaryManager, str(tmp_path / "ours"), step, logs)
+  ours = events(str(tmp_path / "ours"))
+  stock = events(str(tmp_path / "stock"))
+  assert ours == stock
+  image = [e for e in ours if e[2].startswith("image/")]
+  assert len(image) == 1 and image[0][-2] == "images"
+  assert image[0][4] == (22,)  # Width, height, then 20 encoded images.
 
 
 def test_host_readable_step_follows_the_mirrored_step():

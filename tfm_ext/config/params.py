@@ -34,6 +34,7 @@ from official.modeling.hyperparams import params_dict
 
 from tfm_ext import errors
 from tfm_ext.config import config_drift
+from tfm_ext.config import experiments
 from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
@@ -158,10 +159,6 @@ def _flag_given(arg: str, rest, flag_values: flags.FlagValues
   return flag, "true" if flag.boolean else next(rest, None)
 
 
-def experiment_names() -> List[str]:
-  return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
-
-
 # Dotted prefixes of the fields an evaluator may set otherwise than the
 # trainer it follows: how much and how often to evaluate, on which data and
 # hardware, and what to keep of it. Everything else (model, training data,
@@ -186,9 +183,8 @@ def build(sources: ConfigSources,
     follow: the path of a trainer's `params.yaml` for an evaluator to follow
       (see the module docstring); empty to build from the experiment alone.
   """
-  if sources.experiment not in experiment_names():
-    raise UsageError(registry.unknown_name_message(
-        "experiment", sources.experiment, experiment_names()))
+  if not experiments.is_known(sources.experiment):
+    raise UsageError(experiments.unknown_message(sources.experiment))
   params = exp_factory.get_exp_config(sources.experiment)
   _add_missing_fields(params)
   trained = None

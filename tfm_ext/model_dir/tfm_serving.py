@@ -24,16 +24,11 @@ the step's folder itself, as every export of `export/` (TF Serving loads
 """
 
 import dataclasses
+import functools
 from typing import List, Optional, Tuple
 
 from official.core import config_definitions
 from official.core import export_base
-from official.vision import configs
-from official.vision.serving import detection
-from official.vision.serving import export_saved_model_lib
-from official.vision.serving import image_classification
-from official.vision.serving import semantic_segmentation
-from official.vision.serving import video_classification
 
 from tfm_ext.errors import UsageError
 from tfm_ext.training import registry
@@ -56,21 +51,35 @@ class _Served:
   size_names: Tuple[str, ...] = ("height", "width")
 
 
-# `export_saved_model_lib.export_inference_graph`'s isinstance chain, as a
-# table of its classes: it builds its module inline, and here the module's
-# model must exist before the checkpoint is read into it.
-_SERVED = (
-    _Served((configs.image_classification.ImageClassificationTask,),
-            image_classification.ClassificationModule, _IMAGE_INPUT_TYPES),
-    _Served((configs.retinanet.RetinaNetTask, configs.maskrcnn.MaskRCNNTask),
-            detection.DetectionModule, _IMAGE_INPUT_TYPES),
-    _Served((configs.semantic_segmentation.SemanticSegmentationTask,),
-            semantic_segmentation.SegmentationModule, _IMAGE_INPUT_TYPES),
-    # Its module raises on image bytes and has no tflite signature.
-    _Served((configs.video_classification.VideoClassificationTask,),
-            video_classification.VideoClassificationModule,
-            _VIDEO_INPUT_TYPES, ("frames", "height", "width")),
-)
+@functools.lru_cache(maxsize=None)
+def _served_table() -> Tuple[_Served, ...]:
+  """`export_saved_model_lib.export_inference_graph`'s isinstance chain.
+
+  As a table of its classes: it builds its module inline, and here the
+  module's model must exist before the checkpoint is read into it.
+  Imported on the first export: the launcher's start does not pay for
+  TFM's vision serving (nor registers the vision experiments, which
+  `tfm_ext.config.experiments` registers when a run names one).
+  """
+  # pylint: disable=g-import-not-at-top
+  from official.vision import configs
+  from official.vision.serving import detection
+  from official.vision.serving import image_classification
+  from official.vision.serving import semantic_segmentation
+  from official.vision.serving import video_classification
+  # pylint: enable=g-import-not-at-top
+  return (
+      _Served((configs.image_classification.ImageClassificationTask,),
+              image_classification.ClassificationModule, _IMAGE_INPUT_TYPES),
+      _Served((configs.retinanet.RetinaNetTask, configs.maskrcnn.MaskRCNNTask),
+              detection.DetectionModule, _IMAGE_INPUT_TYPES),
+      _Served((configs.semantic_segmentation.SemanticSegmentationTask,),
+              semantic_segmentation.SegmentationModule, _IMAGE_INPUT_TYPES),
+      # Its module raises on image bytes and has no tflite signature.
+      _Served((configs.video_classification.VideoClassificationTask,),
+              video_classification.VideoClassificationModule,
+              _VIDEO_INPUT_TYPES, ("frames", "height", "width")),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +144,7 @@ def _joined(value) -> str:
 
 
 def _served(task_config) -> Optional[_Served]:
-  for served in _SERVED:
+  for served in _served_table():
     if isinstance(task_config, served.task_configs):
       return served
   return None
@@ -151,7 +160,7 @@ def image_size(task_config, options: ServingOptions) -> List[int]:
   """
   if options.input_image_size:
     return list(options.input_image_size)
-  if isinstance(task_config, configs.video_classification.VideoClassificationTask):
+  if _served(task_config).size_names[0] == "frames":
     return list(task_config.train_data.feature_shape[:-1])
   fixed = list(getattr(task_config.model, "input_size", None) or [None])[:2]
   if None not in fixed:
@@ -174,6 +183,7 @@ class VisionExport:
     TFM's `export_inference_graph`, given the module and no checkpoint:
     the SavedModel in `export_dir` itself and `params.yaml` beside it.
     """
+    from official.vision.serving import export_saved_model_lib  # pylint: disable=g-import-not-at-top
     export_saved_model_lib.export_inference_graph(
         input_type=self.input_type, batch_size=self.batch_size,
         input_image_size=self.input_image_size, params=self.module.params,

@@ -45,6 +45,7 @@ from official.core import task_factory
 
 from tfm_ext import actions
 from tfm_ext.actions import console
+from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
 from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
@@ -165,13 +166,13 @@ def _first_line(obj) -> str:
 
 def registered() -> str:
   """What is registered (experiments, tasks, trainers, models, actions)."""
+  experiments.load_defaults()
   # pylint: disable=protected-access
-  experiments = exp_factory._REGISTERED_CONFIGS
+  configs = exp_factory._REGISTERED_CONFIGS
   tasks = {cls.__name__: cls
            for cls in task_factory._REGISTERED_TASK_CLS.values()}
   # pylint: enable=protected-access
-  sections = [("experiments", {n: experiments[n]
-                               for n in params_lib.experiment_names()}),
+  sections = [("experiments", {n: configs[n] for n in experiments.names()}),
               ("tasks", tasks),
               # Without loading a lazily registered one (its dependency).
               ("trainers", trainers.TRAINERS.entries()),
@@ -226,6 +227,11 @@ def main(argv) -> None:
   with failures.boundary():
     params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
     import_registries(FLAGS.registry)
+    # Before gin is parsed: stock has imported them, and a binding may name
+    # their configurables.
+    if FLAGS.experiment or FLAGS.gin_file or FLAGS.gin_params:
+      experiments.register_for(FLAGS.experiment or "",
+                               gin_given=bool(FLAGS.gin_file or FLAGS.gin_params))
     if FLAGS.list:
       print(registered(), end="")
       return

@@ -27,6 +27,8 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tfm_ext.config import _types
 
+# The names TFM's tasks and `ImageScalarSummaryManager` give images.
+IMAGE_PREFIX = "image/"
 _SCALAR_METADATA = scalar_metadata.create_summary_metadata(
     display_name=None, description=None)
 
@@ -38,6 +40,10 @@ class ScalarSummaryManager(orbit.utils.SummaryManager):
   value is a subdirectory), `summary_fn` for values that are not real
   numeric scalars, and `tf.summary.record_if` is honoured.
   """
+
+  def __init__(self, *args, max_images: int = 20, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._max_images = max_images
 
   def write_summaries(self, summary_dict: Mapping[str, Any]) -> None:
     if not self._enabled:
@@ -61,7 +67,22 @@ class ScalarSummaryManager(orbit.utils.SummaryManager):
         tf.summary.experimental.write_raw_pb(proto.SerializeToString(),
                                              step=step)
     for relative_path, values in others.items():
-      self._write_summaries(values, relative_path=relative_path)
+      with self.summary_writer(relative_path).as_default():
+        for name, value in values.items():
+          self._write_other(name, value)
+
+  def _write_other(self, name: str, value: Any) -> None:
+    """An image, a histogram for another tensor, else `summary_fn`'s."""
+    step = self._global_step
+    if name.startswith(IMAGE_PREFIX):
+      tf.summary.image(name, value, step, max_outputs=self._max_images)
+    elif tf.is_tensor(value) or isinstance(value, np.ndarray):
+      if tf.rank(value) == 0:
+        self._summary_fn(name, value, step=step)
+      else:
+        tf.summary.histogram(name, value, step)
+    else:
+      self._summary_fn(name, value, step=step)
 
 
 def _sort_leaves(summary_dict: Mapping[str, Any], relative_path: str,

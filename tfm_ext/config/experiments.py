@@ -1,0 +1,146 @@
+"""Which experiments a run can name, and where TFM's other ones come from.
+
+Stock TFM's `official/vision/train.py` imports `official.vision.
+registry_imports`, which registers TFM's vision experiments
+(`resnet_imagenet`, `retinanet_resnetfpn_coco`, `seg_deeplabv3_pascal`...)
+and their tasks. The launcher registers the same, without a flag, but only
+where a run needs them: it names an experiment nobody else registered,
+gives gin bindings (which may name their configurables, as with stock), or
+lists what is registered (`--list`). Their import is a tenth of the
+launcher's start-up CPU, which a run of digits_convnet or of a downstream
+repository's experiment does not pay. A downstream registration of the
+same name comes first, as its `--registry` module is imported before.
+
+An experiment that is still unknown is looked up in TFM's source: the error
+says which module registers it and which `--registry=` brings it in
+(`unknown_message`).
+"""
+
+import difflib
+import importlib
+import importlib.util
+import os
+import re
+from typing import List, Optional
+
+import gin
+
+from official.core import exp_factory
+
+# What stock's train.py imports for its registrations.
+DEFAULTS = ("official.vision.registry_imports",)
+
+# `--registry` modules for TFM's families that register experiments and
+# their tasks together; an experiment of a family not here is named with
+# the module that registers it.
+FAMILIES = {
+    "official/nlp/": "official.common.registry_imports",
+    "official/vision/": "official.vision.registry_imports",
+    # TFM's RankingTask and RankingTrainer, as tfm_ext runs them.
+    "official/recommendation/ranking/": "tfm_ext.training.ranking",
+}
+EXAMPLES = ("official.common.registry_imports (TFM's NLP experiments)",
+            "tfm_ext.training.ranking (DLRM, DCN)",
+            "official.projects.maxvit.registry_imports",
+            "my_project.registry_imports")
+
+_REGISTERED_AS = re.compile(
+    r"register_config_factory\(\s*['\"]([^'\"]+)['\"]")
+
+
+def names() -> List[str]:
+  """The experiments registered now, sorted."""
+  return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
+
+
+def load_defaults() -> None:
+  """Registers what stock's `train.py` registers (`DEFAULTS`); idempotent.
+
+  Gin may be finalized by then (the Python API, an evaluator following its
+  trainer): their configurables are added to it all the same.
+  """
+  with gin.unlock_config():
+    for module in DEFAULTS:
+      importlib.import_module(module)
+
+
+def register_for(experiment: str, gin_given: bool) -> None:
+  """Registers the defaults where a run needs them, before gin is parsed.
+
+  That is where `experiment` is registered by no one else, or gin
+  bindings are given (they may name the defaults' configurables, as they
+  may with stock's `train.py`).
+  """
+  if gin_given or experiment not in exp_factory._REGISTERED_CONFIGS:  # pylint: disable=protected-access
+    load_defaults()
+
+
+def is_known(name: str) -> bool:
+  """Whether `name` is registered, after the defaults if it was not."""
+  if name in exp_factory._REGISTERED_CONFIGS:  # pylint: disable=protected-access
+    return True
+  load_defaults()
+  return name in exp_factory._REGISTERED_CONFIGS  # pylint: disable=protected-access
+
+
+def unknown_message(name: str) -> str:
+  """Says `name` is unknown, the closest registered ones, how to add more."""
+  load_defaults()
+  known = names()
+  message = f"Unknown experiment {name!r}."
+  close = difflib.get_close_matches(name, known, n=3)
+  if close:
+    message += f" Did you mean {close[0]!r}?"
+  if close[1:]:
+    message += " (Also close: " + ", ".join(map(repr, close[1:])) + ".)"
+  where = tfm_module_registering(name)
+  if where:
+    return message + (f" TFM's {where} registers it: pass "
+                      f"--registry={registry_for(where)}.")
+  return message + (
+      f" {len(known)} are registered (--list shows them): this "
+      "repository's or tfm_ext's, TFM's vision experiments and those of "
+      "each --registry module. --registry=MODULE (repeatable) imports more, e.g. "
+      + ", ".join(f"--registry={e}" for e in EXAMPLES) + ".")
+
+
+def tfm_module_registering(name: str) -> Optional[str]:
+  """The module of TFM's source that registers experiment `name`, or None.
+
+  Read as text, not imported: most of TFM's families need packages of
+  their own.
+  """
+  root = os.path.dirname(os.path.dirname(os.path.abspath(exp_factory.__file__)))
+  top = os.path.dirname(root)
+  for folder, dirs, files in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+    for file in sorted(files):
+      if not file.endswith(".py") or file.endswith("_test.py"):
+        continue
+      path = os.path.join(folder, file)
+      try:
+        with open(path, encoding="utf-8") as f:
+          text = f.read()
+      except (OSError, UnicodeError):
+        continue
+      if name in _REGISTERED_AS.findall(text):
+        return os.path.relpath(path, top)[:-len(".py")].replace(os.sep, ".")
+  return None
+
+
+def registry_for(module: str) -> str:
+  """The `--registry` that registers `module`'s experiments and their tasks."""
+  path = module.replace(".", "/") + "/"
+  for prefix, family in FAMILIES.items():
+    if path.startswith(prefix):
+      return family
+  package = module.rsplit(".", 2)[0]  # official.projects.X.configs.y -> X
+  while package.count(".") >= 2:
+    candidate = f"{package}.registry_imports"
+    try:
+      if importlib.util.find_spec(candidate) is not None:
+        return candidate
+    except ImportError:
+      pass
+    package = package.rsplit(".", 1)[0]
+  return f"{module} (with the module that registers its task)"
