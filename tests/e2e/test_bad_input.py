@@ -102,9 +102,14 @@ def test_real_bug_in_a_hook_keeps_its_traceback(launch_forked, tmp_path):
   run = launch_forked(EXP, "--mode=train", "--trainer=buggy",
                       f"--params_override={SMOKE}", model_dir=tmp_path / "m",
                       script=str(script))
-  assert run.returncode != 0
+  assert run.returncode == 1
   assert "Traceback" in run.stderr and "ZeroDivisionError" in run.stderr, run
   assert "train_loop_end" in run.stderr
+  # The record says so too, with the exit code the process had.
+  summary = run.summary()
+  assert (summary["status"], summary["exit_code"]) == ("failed", 1)
+  assert summary["message"].startswith("a bug: ZeroDivisionError: division by zero")
+  assert summary["global_step"] == 1  # The first loop (one step) ran.
 
 
 def test_tpu_strategy_without_address(launch_forked, tmp_path):

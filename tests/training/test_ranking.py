@@ -27,6 +27,7 @@ from tfm_ext.training import ranking
 from tfm_ext.training import registry
 
 from conftest import REPO
+from conftest import assert_clean_usage_error
 from conftest import numeric_tensors
 
 TESTS = os.path.join(REPO, "tests")
@@ -155,3 +156,14 @@ def test_a_lazy_entry_is_listed_unloaded_and_loaded_once():
   assert trainers.get("later") == trainers.get("later") == "loaded"
   assert loads == [1]
   assert trainers.entries()["later"] == "loaded"
+
+
+def test_use_orbit_false_is_refused_not_ignored(launch_forked, tmp_path):
+  # TFM's ranking configs default to false: TFM's Keras compile/fit loop.
+  smoke = ranking.SMOKE.replace("trainer.use_orbit=true",
+                                "trainer.use_orbit=false")
+  run = launch_forked("--experiment=dlrm_criteo", "--trainer=ranking",
+                      "--mode=train", f"--params_override={smoke}",
+                      model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "trainer.use_orbit=false: give true",
+                           "official/recommendation/ranking/train.py")

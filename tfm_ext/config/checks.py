@@ -261,6 +261,12 @@ RULES = (
          "applies)"),
     Rule("trainer.recovery_begin_steps", lambda use: use.checks_loss,
          _config_types.integer, "a whole number of steps"),
+    # TFM's ranking experiments: false runs TFM's Keras compile/fit loop
+    # (official/recommendation/ranking/train.py), which is not this one.
+    Rule("trainer.use_orbit", _always, lambda v: v is True,
+         "true: tfm_ext runs Orbit's custom loop, as TFM's ranking train.py "
+         "does with true (false asks for TFM's Keras compile/fit loop: "
+         "run official/recommendation/ranking/train.py for that)"),
     Rule("runtime.mixed_precision_dtype", _always, _mixed_precision,
          "float16, bfloat16 or float32 (TFM sets the policy mixed_float16, "
          "mixed_bfloat16 or float32 from it), or null for none"),
@@ -309,6 +315,16 @@ def check_values(params: config_definitions.ExperimentConfig, *,
                          f"{rule.accepted}.")
   if trains:
     _check_stepwise(leaves)
+  if evaluates and params.runtime.distribution_strategy == "parameter_server":
+    # Orbit's evaluation runs on the coordinator's own devices, outside the
+    # ParameterServerStrategy's workers; TFM's train_lib fails there too.
+    raise UsageError(
+        "runtime.distribution_strategy=parameter_server trains only: run "
+        "--mode=train on the cluster, and evaluate beside it as TensorFlow "
+        "does for parameter-server training (a sidecar evaluator): "
+        "--mode=continuous_eval on the same --model_dir in a process of its "
+        "own, with --params_override=runtime.distribution_strategy=one_device "
+        "(or mirrored).")
   interval = params.trainer.summary_interval
   steps_per_loop = params.trainer.steps_per_loop
   if trains and interval is not None and interval % steps_per_loop:

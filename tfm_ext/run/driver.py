@@ -346,8 +346,12 @@ def _drive(plan: Plan, parts: assembly.Parts,
   except Exception as e:  # pylint: disable=broad-except
     watcher.check_aborted(e)
     failure = failures.classify(e)
-    if failure is None:
-      raise  # A bug: its traceback.
+    if failure is None:  # A bug: its traceback, and a summary saying so.
+      _finish(request, mode, summarize(
+          plan, parts, resumes, "failed", exit_code=1,
+          message=f"a bug: {type(e).__name__}: {failures.tf_reason(e)} (its "
+                  "traceback is on the console and in the log)"))
+      raise
     logging.info("The run failed.", exc_info=True)  # The log file only.
     return summarize(plan, parts, resumes, "failed", failure.message,
                      exit_code=failure.code)

@@ -32,7 +32,7 @@ from tfm_ext.errors import UsageError
 from tfm_ext.training import trainers
 
 SMOKE = ",".join([
-    "task.use_synthetic_data=true",
+    "task.use_synthetic_data=true", "trainer.use_orbit=true",
     "task.model.vocab_sizes=[40,30,20]", "task.model.embedding_dim=4",
     "task.model.bottom_mlp=[8,4]", "task.model.top_mlp=[8,1]",
     "task.train_data.global_batch_size=16",
