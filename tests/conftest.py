@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -503,6 +504,17 @@ def run_in_process(data_dir):
     return driver.execute(plan), params
 
   return run
+
+
+def free_ports(n):
+  """`n` ports of 127.0.0.1 that nothing listens on now."""
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
 
 
 def assert_clean_usage_error(run, *fragments):

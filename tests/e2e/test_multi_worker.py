@@ -3,12 +3,12 @@
 import json
 import os
 import signal
-import socket
 
 import pytest
 import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN
+from conftest import free_ports
 
 STEPS = 100
 OVERRIDE = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
@@ -18,16 +18,6 @@ OVERRIDE = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
 MULTI = OVERRIDE + ",runtime.distribution_strategy=multi_worker_mirrored"
 # digits_convnet whose training metrics count the rows each replica sees.
 ARGS = ("--experiment=digits_rows", "--mode=train_and_eval")
-
-
-def free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
 
 
 def worker_env(ports, index):

@@ -92,9 +92,9 @@ def end() -> None:
     _list_devices_once()
 
 
-def message(signal_name: str) -> str:
+def message(signal_name: str, during: str = "during start-up") -> str:
   """What a launcher says when `signal_name` stops it before its run."""
-  return (f"{signal_name} received during start-up: nothing to save yet; "
+  return (f"{signal_name} received {during}: nothing to save yet; "
           f"exit {EXIT_CODE} to be restarted.")
 
 

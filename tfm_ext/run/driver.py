@@ -68,6 +68,7 @@ from tfm_ext.run import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.run import strategies
+from tfm_ext.run import waits
 from tfm_ext.training import trainers
 
 
@@ -113,7 +114,8 @@ def prepare(request: RunRequest) -> Plan:
   trainer_cls = trainers.get_trainer(params.trainer.name)
   checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
   notify.check_url(notify.url_of(request))
-  strategy = strategies.build_strategy(params)
+  with waits.announced(strategies.cluster_wait() or "the strategy"):
+    strategy = strategies.build_strategy(params)
   checks.check_with_strategy(params, trains=mode.trains,
                              evaluates=mode.evaluates,
                              needs_checkpoint=mode.needs_checkpoint,

@@ -59,6 +59,21 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
   return bool(resolver and resolver.cluster_spec().jobs
               and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
 
+def cluster_wait() -> str:
+  """What building a strategy of `TF_CONFIG`'s cluster waits for, or ''.
+
+  '' without a cluster: building then waits for nothing outside.
+  """
+  config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+  cluster, task = config.get("cluster") or {}, config.get("task") or {}
+  if not cluster:
+    return ""
+  tasks = "; ".join(f"{job} {', '.join(map(str, addresses))}"
+                    for job, addresses in sorted(cluster.items()))
+  return (f"the cluster of TF_CONFIG to answer (this is {task.get('type')} "
+          f"{task.get('index', 0)}; {tasks}): start every task of it")
+
+
 def is_chief_process() -> bool:
   """Whether this process is the chief, from `TF_CONFIG` (before a strategy).
 
