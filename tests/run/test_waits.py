@@ -76,3 +76,23 @@ def test_a_parameter_server_task_says_it_waits_for_its_cluster(tmp_path):
   assert "preempted: SIGTERM received while waiting for the cluster" in (
       err.read_text())
   assert not model_dir.exists()
+
+
+def test_a_multi_worker_task_whose_peer_never_starts_says_so_and_ends(
+    tmp_path):
+  # Its connect holds the interpreter's lock: no thread of it runs.
+  ports = free_ports(2)
+  config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": 0}}
+  proc, err = _started(
+      [TRAIN, "--experiment=digits_convnet", "--mode=train",
+       f"--model_dir={tmp_path / 'm'}",
+       "--params_override=runtime.distribution_strategy=multi_worker_mirrored"],
+      tmp_path, env={"TF_CONFIG": json.dumps(config)})
+  _wait_for(err, "waiting for the cluster of TF_CONFIG to answer (this is "
+            "worker 0;", proc, 120)
+  code, took = _signalled(proc, signal.SIGINT)
+  assert code in (42, -signal.SIGKILL) and took < 8, (code, err.read_text())
+  assert "preempted: SIGINT received while waiting for the cluster" in (
+      err.read_text())
+  assert not (tmp_path / "m").exists()

@@ -114,7 +114,9 @@ def prepare(request: RunRequest) -> Plan:
   trainer_cls = trainers.get_trainer(params.trainer.name)
   checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
   notify.check_url(notify.url_of(request))
-  with waits.announced(strategies.cluster_wait() or "the strategy"):
+  waited_for = strategies.waits_for(params)
+  with (waits.announced(waited_for) if waited_for
+        else contextlib.nullcontext()):
     strategy = strategies.build_strategy(params)
   checks.check_with_strategy(params, trains=mode.trains,
                              evaluates=mode.evaluates,

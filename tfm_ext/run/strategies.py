@@ -59,11 +59,14 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
   return bool(resolver and resolver.cluster_spec().jobs
               and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
 
-def cluster_wait() -> str:
-  """What building a strategy of `TF_CONFIG`'s cluster waits for, or ''.
+def waits_for(params: config_definitions.ExperimentConfig) -> str:
+  """What building the strategy waits for outside this process, or ''.
 
-  '' without a cluster: building then waits for nothing outside.
+  A TPU's strategy connects to the TPU, one of `TF_CONFIG`'s cluster to
+  every task of it; others wait for nothing.
   """
+  if params.runtime.distribution_strategy == "tpu":
+    return f"the TPU {params.runtime.tpu} to answer"
   config = json.loads(os.environ.get("TF_CONFIG") or "{}")
   cluster, task = config.get("cluster") or {}, config.get("task") or {}
   if not cluster:

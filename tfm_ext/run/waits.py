@@ -7,32 +7,72 @@ signal handler only between two bytecodes of the main thread, so while the
 main thread waits there the start-up handlers (`_startup.install_signals`)
 never run: SIGTERM and Ctrl-C were lost, and nothing was printed.
 
-    with waits.announced("the cluster in TF_CONFIG (chief 10.0.0.1:2222...)"):
+    with waits.announced("the cluster of TF_CONFIG (chief 10.0.0.1:2222...)"):
       strategy = build_strategy(params)
 
-prints `waiting for <what> (10s)` after 10 s, then at 20, 40... seconds (at
-most every 5 minutes), and watches the signals through Python's wakeup
-file descriptor, which its C handler writes at once, whatever the main
-thread is doing. A signal whose Python handler has not ended the block
-within `grace` seconds ends the process as the start-up handler would:
-its one `preempted:` line, exit 42, nothing written before.
+A small process of its own (the interpreter's, without site) watches the
+block, because a wait may also hold the interpreter's lock
+(`multi_worker_mirrored` connects that way) and then no thread of this
+process runs. It prints `waiting for <what> (10s)` after 10 s, then at 20,
+40... seconds (at most every 5 minutes), and reads the signals from
+Python's wakeup file descriptor, which Python's C handler writes at once,
+whatever the main thread is doing. It passes each to a thread here, which
+ends the process as the start-up handler would (its one `preempted:` line,
+exit 42; nothing was written before) if the handler has not ended the
+block within `grace` seconds. Where the lock is held that thread cannot
+run either: the watcher then says so and ends the process with SIGKILL
+(exit 137), which a supervisor restarts as it restarts 42.
 """
 
 import contextlib
 import os
-import select
 import signal
+import subprocess
 import sys
 import threading
-import time
 from typing import Iterator
-
-from absl import logging
 
 from tfm_ext.run import _startup
 
 FIRST_SAY_SECONDS = 10.0
 MOST_SAY_SECONDS = 300.0
+
+# The watcher: argv is wake, relay, done, parent, first, grace, most, what.
+_WATCHER = """
+import os, select, signal, sys, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+  signal.signal(s, signal.SIG_IGN)  # Ctrl-C reaches the whole group.
+wake, relay, done, parent = map(int, sys.argv[1:5])
+first, grace, most = map(float, sys.argv[5:8])
+what = sys.argv[8]
+def say(line):
+  try:
+    os.write(2, (line + "\\n").encode())
+  except OSError:
+    pass
+start = time.monotonic()
+say_at = start + first
+while True:
+  ready = select.select([wake, done], [], [],
+                        max(say_at - time.monotonic(), 0))[0]
+  if done in ready:
+    os._exit(0)
+  if wake in ready:
+    got = [b for b in os.read(wake, 64) if b]
+    if got:
+      os.write(relay, bytes(got[:1]))
+      if not select.select([done], [], [], 3 * grace)[0]:
+        name = signal.Signals(got[0]).name
+        say(f"preempted: {name} received while waiting for {what}: nothing "
+            "to save yet; TensorFlow holds the interpreter there, so the "
+            "process ends by SIGKILL (exit 137): relaunch to restart.")
+        os.kill(parent, signal.SIGKILL)
+      os._exit(0)
+    continue
+  waited = time.monotonic() - start
+  say(f"waiting for {what} ({waited:.0f}s)")
+  say_at = start + min(2 * waited, waited + most)
+"""
 
 
 @contextlib.contextmanager
@@ -46,47 +86,44 @@ def announced(what: str, first: float = FIRST_SAY_SECONDS,
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  read_fd, write_fd = os.pipe()
-  os.set_blocking(write_fd, False)
-  previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+  wake_r, wake_w = os.pipe()
+  relay_r, relay_w = os.pipe()
+  done_r, done_w = os.pipe()
+  os.set_blocking(wake_w, False)
+  previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+  watcher = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-S", "-c", _WATCHER, str(wake_r), str(relay_w),
+       str(done_r), str(os.getpid()), str(first), str(grace),
+       str(MOST_SAY_SECONDS), what],
+      pass_fds=(wake_r, relay_w, done_r), stdin=subprocess.DEVNULL,
+      stdout=subprocess.DEVNULL)
+  for fd in (wake_r, relay_w, done_r):
+    os.close(fd)
   done = threading.Event()
-  watcher = threading.Thread(
-      target=_watch, args=(what, read_fd, done, first, grace),
-      name="tfm_ext-wait", daemon=True)
-  watcher.start()
+  relayed = threading.Thread(target=_relayed, args=(what, relay_r, done, grace),
+                             name="tfm_ext-wait", daemon=True)
+  relayed.start()
   try:
     yield
   finally:
     done.set()
     signal.set_wakeup_fd(previous)
-    os.write(write_fd, b"\0")  # Wakes the watcher to see `done`.
-    watcher.join()
-    os.close(read_fd)
-    os.close(write_fd)
+    os.close(done_w)  # The watcher ends; the relay's end then reads EOF.
+    watcher.wait()
+    relayed.join()
+    os.close(relay_r)
+    os.close(wake_w)
 
 
-def _watch(what: str, read_fd: int, done: threading.Event, first: float,
-           grace: float) -> None:
-  start = time.monotonic()
-  say_at = start + first
-  while not done.is_set():
-    ready, _, _ = select.select([read_fd], [], [],
-                                max(say_at - time.monotonic(), 0))
-    if done.is_set():
+def _relayed(what: str, relay_r: int, done: threading.Event,
+             grace: float) -> None:
+  """Ends the process for a signal the watcher passes, unless `done` first."""
+  while True:
+    got = os.read(relay_r, 1)
+    if not got:
       return
-    if ready:
-      signals = [b for b in os.read(read_fd, 64) if b]
-      if signals and not done.wait(grace):
-        _exit(signals[0], what)
-      continue
-    waited = time.monotonic() - start
-    line = f"waiting for {what} ({waited:.0f}s)"
-    logging.warning(line)
-    try:
-      print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):  # A closed console: the log has it.
-      pass
-    say_at = start + min(2 * waited, waited + MOST_SAY_SECONDS)
+    if not done.wait(grace):
+      _exit(got[0], what)
 
 
 def _exit(signum: int, what: str) -> None:
