@@ -23,9 +23,14 @@ the step's folder itself, as every export of `export/` (TF Serving loads
 `model_dir`'s checkpoint, which the SavedModel's `variables/` repeat.
 """
 
+import contextlib
 import dataclasses
 import functools
+import sys
 from typing import List, Optional, Tuple
+
+import gin
+import tf_keras
 
 from official.core import config_definitions
 from official.core import export_base
@@ -61,13 +66,15 @@ def _served_table() -> Tuple[_Served, ...]:
   TFM's vision serving (nor registers the vision experiments, which
   `tfm_ext.config.experiments` registers when a run names one).
   """
-  # pylint: disable=g-import-not-at-top
-  from official.vision import configs
-  from official.vision.serving import detection
-  from official.vision.serving import image_classification
-  from official.vision.serving import semantic_segmentation
-  from official.vision.serving import video_classification
-  # pylint: enable=g-import-not-at-top
+  # Gin is locked by then; the import adds TFM's configurables all the same.
+  with gin.unlock_config():
+    # pylint: disable=g-import-not-at-top
+    from official.vision import configs
+    from official.vision.serving import detection
+    from official.vision.serving import image_classification
+    from official.vision.serving import semantic_segmentation
+    from official.vision.serving import video_classification
+    # pylint: enable=g-import-not-at-top
   return (
       _Served((configs.image_classification.ImageClassificationTask,),
               image_classification.ClassificationModule, _IMAGE_INPUT_TYPES),
@@ -144,6 +151,10 @@ def _joined(value) -> str:
 
 
 def _served(task_config) -> Optional[_Served]:
+  # A config of TFM's vision tasks is an instance of a class of
+  # official.vision.configs: where that was never imported, none is.
+  if "official.vision.configs" not in sys.modules:
+    return None
   for served in _served_table():
     if isinstance(task_config, served.task_configs):
       return served
@@ -184,10 +195,29 @@ class VisionExport:
     the SavedModel in `export_dir` itself and `params.yaml` beside it.
     """
     from official.vision.serving import export_saved_model_lib  # pylint: disable=g-import-not-at-top
-    export_saved_model_lib.export_inference_graph(
-        input_type=self.input_type, batch_size=self.batch_size,
-        input_image_size=self.input_image_size, params=self.module.params,
-        checkpoint_path=None, export_dir=export_dir, export_module=self.module)
+    with _float32():
+      export_saved_model_lib.export_inference_graph(
+          input_type=self.input_type, batch_size=self.batch_size,
+          input_image_size=self.input_image_size, params=self.module.params,
+          checkpoint_path=None, export_dir=export_dir,
+          export_module=self.module)
+
+
+@contextlib.contextmanager
+def _float32():
+  """Keras's global dtype policy float32 for the block, as in TFM's export.
+
+  TFM's `export_saved_model.py` sets no mixed-precision policy, so its
+  model computes in float32 whatever `runtime.mixed_precision_dtype`
+  trained it (bfloat16 for RetinaNet, Mask R-CNN and video); the run set
+  that policy for the whole process (`tfm_ext.run.assembly`).
+  """
+  previous = tf_keras.mixed_precision.global_policy()
+  tf_keras.mixed_precision.set_global_policy("float32")
+  try:
+    yield
+  finally:
+    tf_keras.mixed_precision.set_global_policy(previous)
 
 
 def vision_export(params: config_definitions.ExperimentConfig,
@@ -221,6 +251,7 @@ def vision_export(params: config_definitions.ExperimentConfig,
         f"{type(params.task).__name__} takes {','.join(served.size_names)}.")
   # A copy: TFM's detection module sets the NMS version on the params it
   # is given (for a batch size of None), and ours are locked.
-  module = served.module(params.replace(), batch_size=options.batch_size,
-                         input_image_size=size, input_type=input_type)
+  with _float32():
+    module = served.module(params.replace(), batch_size=options.batch_size,
+                           input_image_size=size, input_type=input_type)
   return VisionExport(module, input_type, options.batch_size, size)

@@ -15,6 +15,9 @@ being built the way every other task is, and are adapted here:
   the trainer then steps, checkpoints, and whose learning rates
   `RankingTrainer.train_loop_end` logs, as in TFM's `train.py`.
 
+TFM has no exporter for it; `serving_inputs` says what `--mode=export`'s
+`serving_default` takes (`tfm_ext.model_dir.export`).
+
 TensorFlow Recommenders needs `tf.keras` to be Keras 2 (`tf_keras`), which
 TensorFlow decides the first time anything reads `tf.keras`, from the
 environment variable `TF_USE_LEGACY_KERAS`. This module sets it to 1, unless
@@ -32,11 +35,14 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
 import tensorflow_recommenders
+import tensorflow as tf
 
 from official.recommendation.ranking import task as ranking_task
 from official.recommendation.ranking.configs import config as ranking_config
 # TFM's trainer, unmodified: `tfm_ext.training.ranking` registers it as "ranking".
 from official.recommendation.ranking.train import RankingTrainer
+
+from tfm_ext.model_dir import export
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 
@@ -63,3 +69,25 @@ class RankingTask(ranking_task.RankingTask):
     """The composite optimizer `build_model` built (None before it ran)."""
     del optimizer_config, runtime_config  # Read by `build_model` already.
     return self._composite_optimizer
+
+  def serving_inputs(self, model) -> export.ServingInputs:
+    """Criteo rows as the model takes them; it returns its predictions.
+
+    `dense_features`: float32 `[batch, num_dense_features]`;
+    `sparse_features`: int32 `[batch, tables]`, column i an id of table i
+    (`vocab_sizes[i]`), which becomes the model's `sparse_features["i"]`.
+    """
+    del model  # TFM's Ranking model, called as its task's data feeds it.
+    config = self.task_config.model
+    tables = len(config.vocab_sizes)
+
+    def prepare(inputs):
+      return {"dense_features": inputs["dense_features"],
+              "sparse_features": {str(i): inputs["sparse_features"][:, i]
+                                  for i in range(tables)}}
+
+    return export.ServingInputs(
+        specs={"dense_features": tf.TensorSpec(
+                   [None, config.num_dense_features], tf.float32),
+               "sparse_features": tf.TensorSpec([None, tables], tf.int32)},
+        prepare=prepare)
