@@ -59,40 +59,39 @@ def test_a_signal_ends_a_wait_whose_handler_cannot_run(tmp_path):
           "nothing to save yet; exit 42") in err.read_text()
 
 
-def test_a_parameter_server_task_says_it_waits_for_its_cluster(tmp_path):
-  chief, worker, ps = (f"127.0.0.1:{p}" for p in free_ports(3))
-  config = {"cluster": {"chief": [chief], "worker": [worker], "ps": [ps]},
-            "task": {"type": "worker", "index": 0}}
+def _cluster_task(tmp_path, strategy, cluster, said, sig):
+  """Worker 0 of `cluster`, none of whose peers runs: its end on `sig`."""
   model_dir = tmp_path / "m"
   proc, err = _started(
       [TRAIN, "--experiment=digits_convnet", "--mode=train",
        f"--model_dir={model_dir}",
-       "--params_override=runtime.distribution_strategy=parameter_server"],
-      tmp_path, env={"TF_CONFIG": json.dumps(config)})
+       f"--params_override=runtime.distribution_strategy={strategy}"],
+      tmp_path, env={"TF_CONFIG": json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": 0}})})
   _wait_for(err, "waiting for the cluster of TF_CONFIG to answer (this is "
-            f"worker 0; chief {chief}; ps {ps}; worker {worker})", proc, 120)
-  code, took = _signalled(proc, signal.SIGTERM)
-  assert code == 42 and took < 5, err.read_text()
-  assert "preempted: SIGTERM received while waiting for the cluster" in (
-      err.read_text())
+            f"worker 0; {said})", proc, 60)
+  code, took = _signalled(proc, sig)
+  assert (f"preempted: {sig.name} received while waiting for the cluster"
+          in err.read_text()), err.read_text()
   assert not model_dir.exists()
+  return code, took
+
+
+def test_a_parameter_server_task_says_it_waits_for_its_cluster(tmp_path):
+  chief, worker, ps = (f"127.0.0.1:{p}" for p in free_ports(3))
+  code, took = _cluster_task(
+      tmp_path, "parameter_server",
+      {"chief": [chief], "worker": [worker], "ps": [ps]},
+      f"chief {chief}; ps {ps}; worker {worker}", signal.SIGTERM)
+  assert code == 42 and took < 5
 
 
 def test_a_multi_worker_task_whose_peer_never_starts_says_so_and_ends(
     tmp_path):
-  # Its connect holds the interpreter's lock: no thread of it runs.
-  ports = free_ports(2)
-  config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-            "task": {"type": "worker", "index": 0}}
-  proc, err = _started(
-      [TRAIN, "--experiment=digits_convnet", "--mode=train",
-       f"--model_dir={tmp_path / 'm'}",
-       "--params_override=runtime.distribution_strategy=multi_worker_mirrored"],
-      tmp_path, env={"TF_CONFIG": json.dumps(config)})
-  _wait_for(err, "waiting for the cluster of TF_CONFIG to answer (this is "
-            "worker 0;", proc, 120)
-  code, took = _signalled(proc, signal.SIGINT)
-  assert code in (42, -signal.SIGKILL) and took < 8, (code, err.read_text())
-  assert "preempted: SIGINT received while waiting for the cluster" in (
-      err.read_text())
-  assert not (tmp_path / "m").exists()
+  # Its connect holds the interpreter's lock: no thread of it runs, and
+  # the watcher ends it (SIGKILL) where the lock stays held.
+  workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
+  code, took = _cluster_task(
+      tmp_path, "multi_worker_mirrored", {"worker": workers},
+      f"worker {', '.join(workers)}", signal.SIGINT)
+  assert code in (42, -signal.SIGKILL) and took < 8
