@@ -400,3 +400,42 @@ def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
   assert all(len(e) == 1 and e[0]["status"] == "evaluated"
              for e in entries.values()), entries
   assert "Traceback" not in stalled.stderr, stalled
+
+
+# -- e. A copied model_dir whose records name the original's files ---------
+
+def _name_absolutely(state_file, directory):
+  """Rewrites a state file to name its checkpoints by `directory`'s path,
+  as a state file written there by path (an older tool's) reads."""
+  with open(state_file) as f:
+    text = f.read()
+  with open(state_file, "w") as f:
+    f.write(re.sub(r'"([^"/]+)"', lambda m: f'"{directory}/{m.group(1)}"',
+                   text))
+
+
+def test_a_copy_whose_state_names_the_original_never_deletes_it(
+    launch_forked, job1, tmp_path):
+  original, copy = tmp_path / "original", tmp_path / "copy"
+  shutil.copytree(job1, original)
+  shutil.copytree(original, copy)
+  _name_absolutely(copy / "checkpoint", original)
+  _name_absolutely(copy / "best_ckpt" / "checkpoint", original / "best_ckpt")
+  assert str(original) in (copy / "checkpoint").read_text()
+  before = _tree(original)
+
+  # Keeps one checkpoint and one best: TF's sweep deleted the original's
+  # ckpt-20 and ckpt-40 on the code before.
+  run = launch_forked(EXPERIMENT, *GLOBBED[:1],
+                      GLOBBED[1].replace("train_steps=40", "train_steps=60"),
+                      model_dir=copy, timeout=180)
+  assert run.returncode == 0, run
+  unchanged, changes = _no_changes(before, _tree(original))
+  assert unchanged, changes
+  # The copy resumed from its own step 40, its state file rebuilt.
+  assert run.summary()["resumed_from_step"] == 40
+  assert _latest_step(copy) == 60
+  assert str(original) not in (copy / "checkpoint").read_text()
+  with open(glob.glob(f"{copy}/logs/*")[0]) as f:
+    log = f.read()
+  assert "outside this model_dir" in log, log[-3000:]

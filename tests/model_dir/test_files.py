@@ -3,6 +3,7 @@
 import logging as std_logging
 import uuid
 
+import pytest
 import tensorflow as tf
 
 from tfm_ext.model_dir import _files
@@ -27,3 +28,20 @@ def test_a_record_without_every_required_key_is_skipped(caplog):
              if r.getMessage().startswith("Skipping")]
   assert len(skipped) == 2, skipped
   assert f"{directory}/b.json" in skipped[1] and f"{legacy}:1" in skipped[0]
+
+
+@pytest.mark.parametrize("path, inside", [
+    ("ckpt-40", True), ("/runs/a/ckpt-40", True), ("/runs/a/./ckpt-40", True),
+    ("/runs/b/ckpt-40", False), ("../b/ckpt-40", False),
+    ("/runs/a/sub/ckpt-40", False), ("/runs/a/../b/ckpt-40", False),
+    ("gs://bucket/runs/a/ckpt-40", False)])
+def test_in_directory_is_an_entry_of_the_directory_itself(path, inside):
+  assert _files.in_directory("/runs/a", path) is inside
+  assert _files.in_directory("/runs/a/", path) is inside
+
+
+def test_in_directory_of_a_bucket():
+  assert _files.in_directory("gs://b/runs/a", "gs://b/runs/a/ckpt-1")
+  assert _files.in_directory("gs://b/runs/a", "ckpt-1")
+  assert not _files.in_directory("gs://b/runs/a", "gs://c/runs/a/ckpt-1")
+  assert not _files.in_directory("gs://b/runs/a", "/runs/a/ckpt-1")

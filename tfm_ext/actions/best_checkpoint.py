@@ -136,7 +136,7 @@ class TopKCheckpointExporter:
     # Another evaluator may have kept a better one while this one wrote.
     self._refresh()
     if not self._ranks_in(step, value):
-      files.delete_checkpoint(path)
+      files.delete_checkpoint(path, self._dir)
       return False
     entry = {"path": os.path.basename(path), "global_step": step,
              "value": value, "metrics": metrics}
@@ -144,7 +144,8 @@ class TopKCheckpointExporter:
     kept, evicted = entries[:self._k], entries[self._k:]
     self._commit(kept)
     for old in evicted:
-      files.delete_checkpoint(os.path.join(self._dir, old["path"]))
+      files.delete_checkpoint(os.path.join(self._dir, old["path"]),
+                              self._dir)
     return True
 
   def _ranks_in(self, step: int, value: float) -> bool:

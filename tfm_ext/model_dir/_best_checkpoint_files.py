@@ -37,6 +37,9 @@ def read_manifest(directory: str) -> Dict[str, Any]:
             and _types.is_a(entry.get("global_step"), int)):
       raise _files.Damaged(f"{path} is damaged: an entry without a path "
                            f"and a global_step: {entry!r:.80}")
+    if not _files.in_directory(directory, entry["path"]):
+      raise _files.Damaged(f"{path} is damaged: it names {entry['path']!r}, "
+                           "outside its directory (another run's files)")
   return manifest
 
 
@@ -61,7 +64,7 @@ def read_tfm_best(directory: str
   """`(checkpoint name, step, metrics)` of the best checkpoint that the
   state file and TFM's `info.json` record, or None (warning if the info is
   damaged)."""
-  latest = tf.train.latest_checkpoint(directory)
+  latest = checkpoint_state.latest(directory)
   info = os.path.join(directory, INFO)
   if not (latest and tf.io.gfile.exists(info)):
     return None
@@ -112,7 +115,13 @@ def tidy(directory: str, named: Callable[[str], bool],
   return removed, moved
 
 
-def delete_checkpoint(prefix: str) -> None:
-  """Deletes the files of the checkpoint at `prefix`."""
+def delete_checkpoint(prefix: str, directory: str) -> None:
+  """Deletes the files of the checkpoint at `prefix`, one of `directory`'s.
+
+  Raises:
+    ValueError: `prefix` is not in `directory` (a bug: nothing is deleted).
+  """
+  if not _files.in_directory(directory, prefix):
+    raise ValueError(f"{prefix} is not in {directory}: not deleted.")
   for path in tf.io.gfile.glob(prefix + ".*"):
     tf.io.gfile.remove(path)

@@ -73,6 +73,23 @@ def check_fence(path: str) -> None:
       check()
 
 
+def in_directory(directory: str, path: str) -> bool:
+  """Whether `path` names an entry of `directory` itself (not a deeper one).
+
+  A record that names files (the checkpoint state file, a manifest) is
+  followed only for those: a copied model_dir's state file names the
+  original's checkpoints by absolute path, and a run that rotated them
+  deleted another run's files. Relative paths are `directory`'s entries,
+  as TensorFlow reads them; `..` and a URL's scheme are normalized.
+  """
+  def normal(p):
+    scheme, sep, rest = p.rpartition("://")
+    return scheme + sep + os.path.normpath(rest or "/")
+  full = path if os.path.isabs(path) or "://" in path else os.path.join(
+      directory, path)
+  return os.path.dirname(normal(full)) == normal(directory)
+
+
 def local_path(path: str) -> Optional[str]:
   """`path` on the local file system, or None for another scheme (`gs://`)."""
   if path.startswith(_FILE_SCHEME):

@@ -95,6 +95,14 @@ def read_state(model_dir: str) -> Tuple[Optional[List[str]], Optional[str]]:
     return None, f"it does not parse ({e})"
   if not state.model_checkpoint_path:
     return None, "it names no checkpoint"
+  elsewhere = [p for p in [*state.all_model_checkpoint_paths,
+                            state.model_checkpoint_path]
+               if not _files.in_directory(model_dir, p)]
+  if elsewhere:
+    # TensorFlow's manager would restore them, and delete them to keep
+    # max_to_keep: the files of another run (a copied model_dir's state).
+    return None, (f"it names {elsewhere[0]!r}, outside this model_dir: "
+                  "another run's checkpoints, never followed")
   names = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
   latest = os.path.basename(state.model_checkpoint_path)
   try:

@@ -47,6 +47,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint as checkpoint_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import constants as trackable_utils  # pylint: disable=g-direct-tensorflow-import
 
+from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import retention
 from tfm_ext.run import failures
@@ -361,7 +362,11 @@ class FencedManager(tf.train.CheckpointManager):
       self._retention = retention.Retention(
           self.directory, self._max_to_keep,
           records_unwatched=self.records_unwatched)
-    kept = self._retention.kept(list(self._maybe_delete))
+    # Never another directory's files, whatever a state file said.
+    kept = [path for path in self._maybe_delete
+            if not _files.in_directory(self.directory, path)]
+    kept += self._retention.kept(
+        [path for path in self._maybe_delete if path not in kept])
     managed = list(self._maybe_delete.items())
     for path in kept:
       del self._maybe_delete[path]
