@@ -46,7 +46,8 @@ TINY_RESNET = ("task.model.backbone.resnet.model_id=10,task.model.num_classes=5,
 _DETECTOR = ("task.model.backbone.resnet.model_id=10,task.model.num_classes=3,"
              "task.model.decoder.fpn.num_filters=16,"
              "task.model.detection_generator.pre_nms_score_threshold=0.0,"
-             "task.model.detection_generator.max_num_detections=10,")
+             "task.model.detection_generator.max_num_detections=10,"
+             "task.model.detection_generator.pre_nms_top_k=100,")
 
 
 @pytest.fixture(autouse=True)
@@ -166,6 +167,11 @@ def test_mask_rcnn_returns_tfms_detections_and_masks(tmp_path):
       "task.model.detection_head.num_filters=16,"
       "task.model.detection_head.fc_dims=16,"
       "task.model.roi_generator.test_num_proposals=20,"
+      "task.model.roi_generator.num_proposals=20,"
+      "task.model.roi_generator.pre_nms_top_k=100,"
+      "task.model.roi_generator.test_pre_nms_top_k=100,"
+      "task.model.roi_sampler.num_sampled_rois=16,"
+      "task.model.mask_sampler.num_sampled_masks=8,"
       "task.model.mask_head.num_convs=1,task.model.mask_head.num_filters=16",
       [64, 64])
 

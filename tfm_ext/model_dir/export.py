@@ -14,14 +14,13 @@ best list recorded for it:
 
 A task of TFM's vision tasks (classification, RetinaNet, Mask R-CNN,
 segmentation, video) is exported as TFM's `export_saved_model.py` exports
-it, by TFM's own module, preprocessing inside (`tfm_ext.model_dir.tfm_serving`,
-`--input_type`, `--batch_size`, `--input_image_size`). Any other model is
-exported by `ServingModule`:
-
-The signature's tensors are named after the model's inputs: `inputs` for a
-model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys or
-input names for several. Its outputs are the model's: a dict as it is, one
-tensor as `outputs`, several as `outputs_0`, `outputs_1`...
+it, by TFM's own module, preprocessing inside
+(`tfm_ext.model_dir.tfm_serving`: `--input_type`, `--batch_size`,
+`--input_image_size`). Any other model is exported by `ServingModule`.
+Its signature's tensors are named after the model's inputs: `inputs` for
+a model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys
+or input names for several. Its outputs are the model's: a dict as it is,
+one tensor as `outputs`, several as `outputs_0`, `outputs_1`...
 
 How serving inputs become model inputs is a hook. A trainer or task (the
 trainer's wins) that defines
@@ -35,9 +34,11 @@ trainer's wins) that defines
 exports a model that takes PNG bytes (`PngServingTrainer` in
 tests/model_dir/test_export.py is the whole of one); `prepare` is traced into the
 SavedModel and must hold no state of its own (variables and tables belong in
-the model, which the SavedModel tracks). The TF-Hub exports of ResNet50
-(`experiments/imagenet/export.py`) are two more uses of `restore`,
-`ServingModule` and `save`.
+the model, which the SavedModel tracks). TFM's ranking task (DLRM, DCN),
+for which TFM has no exporter, defines one: Criteo rows as dense floats
+and sparse ids (`tfm_ext.training._ranking_task`). The TF-Hub exports of
+ResNet50 (`experiments/imagenet/export.py`) are two more uses of
+`restore`, `ServingModule` and `save`.
 """
 
 import dataclasses
