@@ -6,6 +6,7 @@ Real files on a local dir and `ram://`, real heartbeat threads, real pids.
 import logging as std_logging
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -41,7 +42,8 @@ def test_a_record_is_written_whole_and_read_back(directory):
   assert claim.read(path, {"pid": int}) is None  # None yet.
   record.write()
   assert claim.read(path, {"pid": int, "beats": int}) == {
-      "host": me.host, "pid": os.getpid(), "pid_space": me.space, "beats": 0}
+      "host": me.host, "pid": os.getpid(), "pid_space": me.space,
+      "pid_start": claim.pid_start(os.getpid()), "beats": 0}
   record.remove()
   record.remove()  # Already gone: fine.
   assert not tf.io.gfile.exists(path)
@@ -128,17 +130,59 @@ def dead_pid():
   return child.pid
 
 
+def of(pid):
+  """The record fields of process `pid` of this machine."""
+  me = claim.Process.this()
+  return claim.Process(me.host, pid, me.space, claim.pid_start(pid)).fields()
+
+
 def test_a_record_of_a_dead_process_here_is_gone_at_once():
   judge = claim.Judge(60)
-  here = judge.me.fields()
-  assert judge.gone_because(dict(here, pid=dead_pid())) == (
+  assert judge.gone_because(dict(judge.me.fields(), pid=dead_pid())) == (
       "its process is gone")
   child = subprocess.Popen(["sleep", "30"])
   try:
-    assert judge.gone_because(dict(here, pid=child.pid)) == ""
+    assert judge.gone_because(of(child.pid)) == ""
   finally:
     child.kill()
     child.wait()
+  assert judge.gone_because(of(child.pid)) == "its process is gone"
+
+
+def test_a_reused_pid_is_not_the_owner():
+  """The pid runs, but a process that started later than the owner did."""
+  child = subprocess.Popen(["sleep", "30"])
+  try:
+    record = of(child.pid)
+    assert claim.Judge(60).gone_because(record) == ""
+    record["pid_start"] -= 1
+    assert claim.Judge(60).gone_because(record) == "its process is gone"
+    del record["pid_start"]  # An older record: the pid alone decides.
+    assert claim.Judge(60).gone_because(record) == ""
+  finally:
+    child.kill()
+    child.wait()
+
+
+def test_a_running_process_here_holds_its_record_whatever_its_age():
+  """Liveness before clocks; a stopped one is judged by its age."""
+  judge = claim.Judge(30, stale_reason="not renewed for {age:.0f} s")
+  child = subprocess.Popen(["sleep", "30"])
+  try:
+    assert claim.process_status(child.pid) == claim.RUNNING
+    assert judge.gone_because(of(child.pid), age=1e9) == ""
+    child.send_signal(signal.SIGSTOP)
+    wait_for(lambda: claim.process_status(child.pid) == claim.STOPPED)
+    assert judge.gone_because(of(child.pid), age=30) == ""
+    assert judge.gone_because(of(child.pid), age=31.2) == (
+        "not renewed for 31 s")
+    child.send_signal(signal.SIGCONT)
+    wait_for(lambda: claim.process_status(child.pid) == claim.RUNNING)
+    assert judge.gone_because(of(child.pid), age=31.2) == ""
+  finally:
+    child.kill()
+    child.wait()
+  assert judge.gone_because(of(child.pid), age=0) == "its process is gone"
 
 
 @pytest.mark.parametrize("elsewhere", [{"host": "another-host"},
@@ -153,21 +197,17 @@ def test_a_pid_says_nothing_off_this_machine_or_when_it_is_no_pid(
   record.update(elsewhere)
   record = {k: v for k, v in record.items() if v is not None}
   assert judge.gone_because(record) == ""
-  assert judge.gone_because(record, age=61) == "its heartbeat is 61s old"
+  assert judge.gone_because(record, age=61) == "it has not changed for 61s"
 
 
 def test_a_record_of_this_very_process_is_gone_only_when_the_user_says_so():
+  """Or by its age: another evaluator of this process may own it."""
   record = claim.Process.this().fields()
-  assert claim.Judge().gone_because(record) == ""
+  assert claim.Judge(30).gone_because(record) == ""
+  assert claim.Judge(30).gone_because(record, age=31) == (
+      "it has not changed for 31s")
   assert claim.Judge(own_pid_reason="left by an earlier run").gone_because(
       record) == "left by an earlier run"
-
-
-def test_stale_is_judged_before_the_pid_with_the_users_words():
-  judge = claim.Judge(30, stale_reason="not renewed for {age:.0f} s")
-  record = dict(judge.me.fields(), pid=dead_pid())
-  assert judge.gone_because(record, age=30) == "its process is gone"
-  assert judge.gone_because(record, age=31.2) == "not renewed for 31 s"
 
 
 def test_unchanged_ages_a_record_from_when_this_reader_first_saw_it():

@@ -47,12 +47,21 @@ def model_dir(request, tmp_path):
   return f"ram://lease_{uuid.uuid4().hex}/m"
 
 
+def _running(pids):
+  """A `status` where the pids `pids` run and no other pid is a process."""
+  return lambda pid, start: "running" if pid in pids else "gone"
+
+
 def _lease(model_dir, fake, *, host="vm-1", pid=100, alive=(), **kwargs):
-  """A lease of trainer `pid` on `host`, where the pids `alive` run."""
+  """A lease of trainer `pid` on `host`, where the pids `alive` run.
+
+  Its wall clock and monotonic clock are the fake's, unless given.
+  """
+  kwargs.setdefault("monotonic", fake.clock)
   return lease.Lease(model_dir, clock=fake.clock, sleep=fake.sleep,
-                     is_alive=lambda p: p in alive, host=host, pid=pid,
-                     space="boot-1/pid:[1]", beat_in_background=False,
-                     **kwargs)
+                     status=_running(alive), host=host, pid=pid,
+                     space="boot-1/pid:[1]", start=1,
+                     beat_in_background=False, **kwargs)
 
 
 def _holder(model_dir):
@@ -121,29 +130,49 @@ def test_same_pid_elsewhere_is_not_this_machine(model_dir):
   fake = FakeTime()
   _lease(model_dir, fake, pid=100).acquire()
   other_container = lease.Lease(
-      model_dir, clock=fake.clock, sleep=fake.sleep, is_alive=lambda p: False,
+      model_dir, clock=fake.clock, sleep=fake.sleep, status=_running(()),
       host="vm-1", pid=200, space="boot-1/pid:[2]", beat_in_background=False)
   with pytest.raises(UsageError, match="pid 100"):
     other_container.acquire()
 
 
-def test_stale_lease_is_taken_over_without_waiting(model_dir):
+def test_stale_lease_elsewhere_is_watched_for_the_stale_time_then_taken(
+    model_dir, caplog):
+  """However old its stamp reads, a trainer that just started watches."""
   fake = FakeTime()
   _lease(model_dir, fake, pid=100).acquire()
-  fake.sleep(lease.STALE_SECONDS + 1)
-  _lease(model_dir, fake, host="vm-2", pid=200).acquire()
+  fake.sleep(3600)  # An hour old by this host's clock.
+  with caplog.at_level("WARNING"):
+    _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   assert _holder(model_dir)["host"] == "vm-2"
-  assert fake.slept == lease.STALE_SECONDS + 1
+  # Watched a beat at a time until unchanged for over 60s.
+  assert fake.slept - 3600 == pytest.approx(lease.STALE_SECONDS + 10)
+  assert "watching its lease for 60s before taking it over" in caplog.text
+  assert "it has not changed for 70s as this trainer watched it" in (
+      caplog.text)
 
 
 def test_missed_beats_elsewhere_wait_until_stale_then_take_over(model_dir):
   fake = FakeTime()
   _lease(model_dir, fake, pid=100).acquire()  # Its host then lost.
-  fake.sleep(35)  # Three beats missed, not yet stale.
+  fake.sleep(35)  # Three beats missed.
   _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   assert _holder(model_dir)["host"] == "vm-2"
-  # Watched a beat at a time until the heartbeat was over 60s old.
-  assert fake.now - T0 == pytest.approx(35 + 30)
+  # Watched a beat at a time until unchanged for over 60s.
+  assert fake.now - T0 == pytest.approx(35 + 70)
+
+
+def test_a_stepped_clock_takes_no_lease_from_a_live_holder_here(model_dir):
+  """The hostile tester's case: this host's clock stepped 90 s forward."""
+  fake = FakeTime()
+  _lease(model_dir, fake, pid=100).acquire()
+  fake.now += 90  # A step of the wall clock: no time passed.
+  stepped = _lease(model_dir, fake, pid=200, alive={100},
+                   monotonic=lambda: 0.0)
+  with pytest.raises(UsageError, match="host vm-1, pid 100,"):
+    stepped.acquire()
+  assert fake.slept == 0  # Refused at once: its process runs.
+  assert _holder(model_dir)["pid"] == 100
 
 
 def test_missed_beats_then_a_beat_refuses(model_dir):
@@ -155,8 +184,8 @@ def test_missed_beats_then_a_beat_refuses(model_dir):
     fake.sleep(seconds)
     first.beat()
 
-  second = lease.Lease(model_dir, clock=fake.clock,
-                       sleep=sleep_while_first_beats, is_alive=lambda p: True,
+  second = lease.Lease(model_dir, clock=fake.clock, monotonic=fake.clock,
+                       sleep=sleep_while_first_beats, status=_running({100}),
                        host="vm-2", pid=200, beat_in_background=False)
   with pytest.raises(UsageError, match="host vm-1, pid 100, .* last "
                      "heartbeat 0s ago"):
@@ -179,7 +208,7 @@ def test_two_starters_at_once_one_wins_the_other_is_refused(model_dir):
   outcomes = {}
 
   def start(pid):
-    held = lease.Lease(model_dir, clock=clock, is_alive=lambda p: True,
+    held = lease.Lease(model_dir, clock=clock, status=_running({1, 2}),
                        host="vm-1", pid=pid, poll_seconds=0.01,
                        beat_in_background=False)
     original = held._other_claims  # pylint: disable=protected-access
@@ -217,8 +246,9 @@ def test_racing_starters_never_both_take_the_lease(model_dir, round_):
   outcomes = {}
 
   def start(pid):
-    held = lease.Lease(model_dir, is_alive=lambda p: True, host="vm-1",
-                       pid=pid, poll_seconds=0.01, beat_in_background=False)
+    held = lease.Lease(model_dir, status=_running({1, 2, 3, 4}),
+                       host="vm-1", pid=pid, poll_seconds=0.01,
+                       beat_in_background=False)
     barrier.wait(timeout=10)
     try:
       held.acquire()
@@ -261,9 +291,9 @@ def test_the_smallest_live_claim_waits_until_the_others_withdraw(model_dir):
     if fake.slept >= 1:  # The other saw this claim and withdraws.
       tf.io.gfile.remove(other)
 
-  held = lease.Lease(model_dir, clock=fake.clock, sleep=sleep,
-                     is_alive=lambda p: True, host="vm-1", pid=100,
-                     beat_in_background=False)
+  held = lease.Lease(model_dir, clock=fake.clock, monotonic=fake.clock,
+                     sleep=sleep, status=_running({100, 200}), host="vm-1",
+                     pid=100, beat_in_background=False)
   held.acquire()
   assert _holder(model_dir)["pid"] == 100
   assert fake.slept == pytest.approx(1.0)  # Polled until it withdrew.
@@ -281,9 +311,9 @@ def test_the_smallest_live_claim_refuses_once_another_took_the_lease(
         "host": "vm-2", "pid": 200, "pid_space": "", "token": "f" * 16,
         "started": T0, "heartbeat": fake.now})
 
-  held = lease.Lease(model_dir, clock=fake.clock, sleep=sleep,
-                     is_alive=lambda p: True, host="vm-1", pid=100,
-                     beat_in_background=False)
+  held = lease.Lease(model_dir, clock=fake.clock, monotonic=fake.clock,
+                     sleep=sleep, status=_running({100, 200}), host="vm-1",
+                     pid=100, beat_in_background=False)
   with pytest.raises(UsageError, match="host vm-2, pid 200,"):
     held.acquire()
   assert _claims(model_dir) == ["f" * 16 + ".json"]
@@ -298,7 +328,10 @@ def test_a_claim_whose_trainer_is_gone_is_deleted_and_the_lease_taken(
   else:  # Its host was lost while it took the lease.
     _claim(model_dir, "0" * 16, host="vm-2", pid=200, at=T0)
   held = _lease(model_dir, fake, pid=100, alive={100}).acquire()
-  assert fake.slept == 0
+  if why == "dead pid here":
+    assert fake.slept == 0
+  else:  # Watched until unchanged for the stale time.
+    assert lease.STALE_SECONDS < fake.slept <= lease.STALE_SECONDS + 1
   assert _claims(model_dir) == [_holder(model_dir)["token"] + ".json"]
   held.release()
   assert _claims(model_dir) == []

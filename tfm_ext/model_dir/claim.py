@@ -6,21 +6,33 @@ an evaluator's claim on a checkpoint and its presence
 (`tfm_ext.model_dir.eval_claims`). An interrupted export names its partial copy after
 its owner the same way (`tfm_ext.model_dir.export`). They are one mechanism:
 
-* the owner is a `Process`: its host, its pid, and its pid space (kernel
-  boot and pid namespace), where the pid names one process;
+* the owner is a `Process`: its host, its pid, its pid space (kernel
+  boot and pid namespace), where the pid names one process, and its start
+  time in that boot (`pid_start`), so that a reused pid is another process;
 * the owner writes its record whole (`Record.write`, through
   `tfm_ext.model_dir._files`; `pad_to` gives each rewrite the same length, so that
   another process reads it whole and current through TensorFlow's GCS stat
   cache, which caches an object's length);
 * one heartbeat thread rewrites it (`Record.start_heartbeat`) every period,
-  until it is stopped or finds the record no longer its owner's;
+  counting its beats (`Record.beats`), until it is stopped or finds the
+  record no longer its owner's;
 * another process reads it fresh (`read`: `_files.read_object` reads again
   a record that reads cut short or "inconsistent" while that cache may be
-  stale), and asks a `Judge` whether its owner is gone, and why: it has
-  not been renewed for `stale_seconds` (by its heartbeat on the reader's
-  clock, or as the reader saw it unchanged: `Unchanged`); or, on the
-  reader's machine, its pid runs no process (a SIGKILLed owner is gone at
-  once). A record that does not read whole is no record.
+  stale), and asks a `Judge` whether its owner is gone, and why. Liveness
+  comes before clocks:
+
+  - on the reader's machine (same host name and pid space) its process is
+    looked at: gone (no such pid, a zombie, or another process under a
+    reused pid) is gone at once, a SIGKILLed owner's relaunch is never held
+    up; one that runs holds its record whatever any clock says; one that
+    is stopped (SIGSTOP, a debugger) is judged as another machine's;
+  - otherwise it is gone once it has not changed for `stale_seconds` as
+    the reader watched it, on the reader's monotonic clock (`Unchanged`:
+    the owner's beat counter and stamps are compared with themselves,
+    never a wall-clock stamp with the reader's clock). A reader that just
+    started has seen nothing yet: it watches for `stale_seconds` first.
+
+  A record that does not read whole is no record.
 
 What each record means, who may take it over and what fences its owner's
 writes is its user's: `tfm_ext.model_dir.lease`, `tfm_ext.model_dir.eval_claims`.
@@ -41,6 +53,25 @@ import tensorflow as tf
 from tfm_ext.model_dir import _files
 
 
+# What `process_status` finds of a pid of this machine.
+RUNNING, STOPPED, GONE = "running", "stopped", "gone"
+
+
+def _stat(pid: int) -> Optional[Tuple[str, int]]:
+  """The state letter and start time (clock ticks since boot) of `pid`.
+
+  None where `/proc` does not say (no `/proc`, the process just ended).
+  """
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      # The fields follow the command name, which may hold spaces or ")":
+      # the state is field 3, the start time field 22 (proc(5)).
+      fields = f.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])
+  except (OSError, IndexError, ValueError):
+    return None
+
+
 def pid_alive(pid: int) -> bool:
   """Whether process `pid` of this pid namespace runs (a zombie does not)."""
   try:
@@ -49,12 +80,33 @@ def pid_alive(pid: int) -> bool:
     return False
   except PermissionError:
     return True  # Another user's process.
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      # The state follows the command name, which may hold spaces or ")".
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except (OSError, IndexError):
-    return True
+  stat = _stat(pid)
+  return stat is None or stat[0] != "Z"
+
+
+def pid_start(pid: int) -> Optional[int]:
+  """When process `pid` started, in clock ticks since boot; None if unknown."""
+  stat = _stat(pid)
+  return None if stat is None else stat[1]
+
+
+def process_status(pid: int, start: Optional[int] = None) -> str:
+  """What process `pid` of this machine is: `RUNNING`, `STOPPED` or `GONE`.
+
+  `GONE`: no such pid, a zombie, or, given the `start` it had, another
+  process that reuses the pid. `STOPPED`: stopped by a signal or a
+  debugger (it makes no progress until continued). A process frozen some
+  other way (a cgroup freezer) reads as running.
+  """
+  if not pid_alive(pid):
+    return GONE
+  stat = _stat(pid)
+  if stat is None:
+    return RUNNING  # `os.kill` says it is there; `/proc` says no more.
+  state, started = stat
+  if start is not None and started != start:
+    return GONE
+  return STOPPED if state in ("T", "t") else RUNNING
 
 
 def pid_space() -> str:
@@ -79,18 +131,24 @@ def pid_space() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Process:
-  """The owner of a record: a pid, and where that pid names one process."""
+  """The owner of a record: a pid, where that pid names one process, and
+  when that process started (None: unknown; the pid alone then decides)."""
   host: str
   pid: int
   space: str
+  start: Optional[int] = None
 
   @classmethod
   def this(cls) -> "Process":
-    return cls(socket.gethostname(), os.getpid(), pid_space())
+    return cls(socket.gethostname(), os.getpid(), pid_space(),
+               pid_start(os.getpid()))
 
   def fields(self) -> Dict[str, Any]:
-    """As a record holds them."""
-    return {"host": self.host, "pid": self.pid, "pid_space": self.space}
+    """As a record holds them (`pid_start` only when known)."""
+    fields = {"host": self.host, "pid": self.pid, "pid_space": self.space}
+    if self.start is not None:
+      fields["pid_start"] = self.start
+    return fields
 
   @property
   def machine(self) -> str:
@@ -102,51 +160,86 @@ class Process:
 class Judge:
   """Whether, and why, the owner of a record another process wrote is gone.
 
-  A record is gone when its `age` is over `stale_seconds`, or when it names
-  a process of `me`'s machine (the same host and pid space) that `is_alive`
-  says runs no more. A record of `me`'s own pid is gone only if
-  `own_pid_reason` says why (the lease: an earlier run of this process
-  left it); an evaluator's claim of this process may be another
-  evaluator's of the same process.
+  Liveness before clocks (see the module docstring): a record naming a
+  process of `me`'s machine (the same host and pid space) is gone at once
+  if `status` finds that process gone, and held whatever its `age` while
+  it runs; otherwise (another machine, no pid, or a stopped process) it is
+  gone once its `age`, how long the reader has seen it unchanged on its
+  own monotonic clock (`Unchanged`), is over `stale_seconds`. A record of
+  `me`'s own process is gone only if `own_pid_reason` says why (the
+  lease: an earlier run of this process left it); else its age decides
+  (an evaluator's claim of this process may be another evaluator's of the
+  same process).
 
   Args:
     stale_seconds: the age past which a record is gone (by default never).
     me: the reading process (`Process.this()`).
-    is_alive: whether a pid of this machine runs (`pid_alive`).
+    status: what a pid of this machine, started at a time (or None), is
+      (`process_status`).
     stale_reason: why a stale record is gone, formatted with its `age`.
-    own_pid_reason: why a record of `me.pid` is gone; "" if it is not.
+    own_pid_reason: why a record of `me`'s process is gone; "" if it is
+      not.
   """
 
   def __init__(self, stale_seconds: float = math.inf, *,
                me: Optional[Process] = None,
-               is_alive: Callable[[int], bool] = pid_alive,
-               stale_reason: str = "its heartbeat is {age:.0f}s old",
+               status: Callable[[int, Optional[int]], str] = process_status,
+               stale_reason: str = "it has not changed for {age:.0f}s",
                own_pid_reason: str = ""):
     self.stale_seconds = stale_seconds
     self.me = Process.this() if me is None else me
-    self._is_alive = is_alive
+    self._status = status
     self._stale_reason = stale_reason
     self._own_pid_reason = own_pid_reason
 
   def gone_because(self, record: Dict[str, Any], age: float = 0.0) -> str:
-    """Why the owner of `record`, `age` seconds old, is gone; "" if alive."""
+    """Why the owner of `record`, seen unchanged `age` seconds, is gone.
+
+    "" if it may be alive.
+    """
+    status = self.status_here(record)
+    if status == GONE:
+      return "its process is gone"
+    if status == "me" and self._own_pid_reason:
+      return self._own_pid_reason
+    if status == RUNNING:
+      return ""
     if age > self.stale_seconds:
       return self._stale_reason.format(age=age)
+    return ""
+
+  def runs_here(self, record: Dict[str, Any]) -> bool:
+    """Whether `record` names a process of this machine that runs."""
+    return self.status_here(record) == RUNNING
+
+  def status_here(self, record: Dict[str, Any]) -> str:
+    """`RUNNING`, `STOPPED` or `GONE` for a process of this machine, "me"
+    for this very process, "" where the record's pid says nothing here."""
     pid = record.get("pid")
     if not (record.get("host") == self.me.host
             and record.get("pid_space") == self.me.space
-            and isinstance(pid, int) and pid > 0):
+            and _is_int(pid) and pid > 0):
       return ""  # Another machine's pid says nothing here.
-    if pid == self.me.pid:
-      return self._own_pid_reason
-    return "" if self._is_alive(pid) else "its process is gone"
+    # An older record has no start time: the pid alone decides.
+    start = record.get("pid_start")
+    start = start if _is_int(start) else None
+    if pid == self.me.pid and start in (None, self.me.start):
+      return "me"
+    return self._status(pid, start)
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Unchanged:
   """How long this reader has seen each record unchanged, on its own clock.
 
   The age of a record whose writer's clock is not compared with the
-  reader's: it starts when the reader first sees the record's `version`.
+  reader's: it starts when the reader first sees the record's `version`
+  (its owner's token and beat counter, say), so a reader that just started
+  sees every record as new. `clock` is the reader's monotonic clock
+  (`time.monotonic`), which no step of the wall clock moves.
   """
 
   def __init__(self, clock: Callable[[], float]):
@@ -192,6 +285,7 @@ class Record:
   Args:
     path: where it is.
     fields: the record as of its `beats`-th heartbeat (0: first written).
+      The counter is what a reader on another machine watches (`Unchanged`).
     pad_to: pads its JSON to this many bytes, so that every rewrite has
       the same length (see the module docstring); 0 writes it indented.
   """
@@ -201,22 +295,28 @@ class Record:
     self.path = path
     self._fields = fields
     self._pad_to = pad_to
+    self.beats = 0
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
 
   def write(self, beats: int = 0) -> None:
+    """Writes the record as of its `beats`-th heartbeat."""
+    self.beats = beats
     if self._pad_to:
       _files.write_text(self.path, json.dumps(self._fields(beats)).ljust(
           self._pad_to))
     else:
       _files.write_json(self.path, self._fields(beats))
 
-  def renew(self, beats: int = 0,
-            ours: Callable[[], bool] = lambda: True) -> bool:
-    """Rewrites the record, if `ours()` finds it still this process's."""
+  def renew(self, ours: Callable[[], bool] = lambda: True) -> bool:
+    """Writes the next beat, if `ours()` finds the record still this one's.
+
+    A beat whose write fails is counted all the same: the next one writes
+    a counter its readers have not seen.
+    """
     if not ours():
       return False
-    self.write(beats)
+    self.write(self.beats + 1)
     return True
 
   def remove(self) -> None:
@@ -230,11 +330,9 @@ class Record:
     the next beat tries again.
     """
     def beat_until_stopped():
-      beats = 0
       while not self._stop.wait(seconds):
-        beats += 1
         try:
-          if not self.renew(beats, ours):
+          if not self.renew(ours):
             return
         except tf.errors.OpError as e:
           logging.warning("%s: %s", failed, str(e).splitlines()[0])

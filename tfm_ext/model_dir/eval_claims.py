@@ -23,9 +23,12 @@ An evaluator is also present on the model_dir while it runs
 every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops. The trainer reads
 it (`live_evaluators`) to keep the checkpoints a live evaluator has not
 evaluated yet (`tfm_ext.model_dir.retention`). A presence is live by the trainer
-lease's rule (`tfm_ext.model_dir.claim.Judge`): its heartbeat is younger than
-`PRESENCE_STALE_SECONDS` by the reader's clock, and on the reader's machine
-its process runs. Each rewrite has the same length (padded): TensorFlow's
+lease's rule (`tfm_ext.model_dir.claim.Judge`): on the reader's machine,
+its process runs (whatever the clocks say); elsewhere, or stopped, its
+heartbeat is younger than `PRESENCE_STALE_SECONDS` by the reader's clock (a
+trainer reads presences once a save, with no watch of its own: the one
+record still judged by comparing clocks, where a wrong clock keeps or
+sweeps a checkpoint early, never takes a lease). Each rewrite has the same length (padded): TensorFlow's
 GCS client caches an object's length, and another process reads a record of
 the same length whole and current.
 

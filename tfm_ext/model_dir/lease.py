@@ -5,25 +5,36 @@ list, so a training run's chief holds `model_dir/trainer_lease.json` from
 before it builds anything until it ends, however it ends:
 
     {"host": "vm-3", "pid": 4121, "pid_space": "<boot id>/pid:[4026531836]",
-     "token": "9f0c...", "started": 1764560000.0, "heartbeat": 1764560042.5}
+     "pid_start": 81234, "token": "9f0c...", "started": 1764560000.0,
+     "beats": 4, "heartbeat": 1764560042.5}
 
-A thread rewrites `heartbeat` (`time.time()`) every `heartbeat_seconds`:
-the lease and each claim below are records of `tfm_ext.model_dir.claim`, which
+A thread rewrites it every `heartbeat_seconds`, counting `beats` and
+stamping `heartbeat` (`time.time()`, for people and messages): the lease
+and each claim below are records of `tfm_ext.model_dir.claim`, which
 writes, renews, reads and judges them. Evaluators and the other workers of
-a multi-worker job take no lease. `acquire` judges a lease it finds:
+a multi-worker job take no lease. `acquire` judges a lease it finds,
+liveness before clocks:
 
 * none, or one that does not parse: it takes the lease;
 * held on this machine (same host name, kernel boot and pid namespace, so
-  the pid names one process) by a process that is gone: it takes the lease
-  at once. That is what a SIGKILLed trainer leaves, so its relaunch is
-  never held up;
-* a heartbeat older than `stale_seconds` by this host's clock: it takes the
-  lease, with a warning;
-* a heartbeat that came within `3 * heartbeat_seconds`: it refuses with a
-  `UsageError` (exit 2) that names the holder;
-* in between (the holder missed beats; on another host its pid says
-  nothing): it watches the lease, a beat at a time, until the holder beats
-  again (refuse) or its heartbeat goes stale (take it).
+  the pid names one process; the same start time, so a reused pid is not
+  the holder) by a process that is gone: it takes the lease at once. That
+  is what a SIGKILLed trainer leaves, so its relaunch is never held up;
+* held on this machine by a process that runs: it refuses with a
+  `UsageError` (exit 2) that names the holder, whatever the clocks say (a
+  clock stepped forward makes no live holder look stale);
+* otherwise (another host, or a holder stopped by SIGSTOP or a debugger):
+  a heartbeat stamped within `3 * heartbeat_seconds` of this host's clock
+  (either way): it refuses at once. A clock can only make it refuse here,
+  never take a lease;
+* else it watches the lease, a beat at a time, until the holder beats
+  again (refuse) or the lease has not changed for `stale_seconds` on this
+  trainer's monotonic clock (take it, with a warning). The holder's beat
+  counter is compared with itself, never its stamp with this host's clock;
+  so a trainer that just started watches for `stale_seconds` before it
+  takes over, however old the stamp reads (its log says so). A lease of an
+  older version has no counter: its stamp, rewritten every beat, serves as
+  one, compared with itself too.
 
 Taking the lease is exclusive by construction, on a local disk and on a
 bucket alike, with nothing but `tf.io.gfile` and no assumption on timing:
@@ -31,12 +42,17 @@ a trainer that found no live holder writes a claim of its own,
 `model_dir/trainer_lease_claims/<token>.json` (a new object, never written
 over, the holder's fields), then lists the claims:
 
-* only its own (and claims judged gone, by the rules above): it takes the
+* only its own (and claims judged gone, by the rules above; a claim is
+  rewritten every `heartbeat_seconds` while its trainer waits, so that a
+  claim of another host is judged by its counter too): it takes the
   lease, writes `trainer_lease.json` and deletes the gone claims;
 * `trainer_lease.json` names another live holder, or another live claim has
   a smaller token: it deletes its claim and refuses, naming the trainer
   that takes the lease (as the lease says within `_WINNER_SECONDS`, else
-  the smallest claim);
+  the smallest claim). A smaller claim of another host whose stamp is not
+  within `3 * heartbeat_seconds` (left by a trainer that died while it
+  took the lease?) is watched instead, as a lease is, until it changes,
+  goes, or is judged gone;
 * its token is the smallest of the live claims: it lists again a moment
   later (`POLL_SECONDS`), until the others have withdrawn (it takes the
   lease) or one of them has taken it (it refuses).
@@ -75,14 +91,23 @@ writes nothing. What stays open is the time between that read and the
 write it guards (milliseconds): a process stopped exactly there writes one
 object when it wakes.
 
+A lost lease is also what explains any other error its holder meets: one
+suspended inside a save whose temporary files the new holder deleted
+wakes to TensorFlow's `NotFoundError`. The lease tells the run's error
+boundary (`tfm_ext.run.failures.explain_with`): while it is lost (found so
+at a check, a beat, or `release`), whatever the run raises is `LeaseLost`,
+exit 2 and one line; the original error and its traceback go to the log.
+
 The heartbeat and staleness may be set by the environment
 (`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`), for
 tests and for clusters whose hosts' clocks or pauses need more room.
 
-What it cannot see: clocks that disagree between hosts by about
-`stale_seconds` or more (a live holder whose clock lags looks stale; the
-holder then stops at its next beat; a dead one whose clock leads holds a
-relaunch on another host up to that much longer).
+What it cannot see: a holder on this machine that runs but is hung holds
+the lease until it is killed (its pid is its liveness); a holder on
+another host whose beats stop reaching the bucket for `stale_seconds` (a
+partition, a paused VM) loses the lease and stops at its next check; a
+dead holder whose clock led this host's by up to `3 * heartbeat_seconds`
+is refused for that long (a refusal, never a takeover).
 """
 
 import os
@@ -97,6 +122,7 @@ import tensorflow as tf
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import claim
+from tfm_ext.run import failures
 
 FILENAME = "trainer_lease.json"
 CLAIMS = "trainer_lease_claims"
@@ -113,7 +139,8 @@ _MISSED_BEATS = 3
 # Where a pid names one process, as every record's owner (`tfm_ext.model_dir.claim`).
 pid_alive = claim.pid_alive
 pid_space = claim.pid_space
-# What a lease (or a claim) holds.
+# What a lease (or a claim) holds; `beats` and `pid_start` too, but older
+# versions wrote neither.
 _FIELDS = {"host": str, "pid": int, "token": str, "started": (int, float),
            "heartbeat": (int, float)}
 
@@ -131,11 +158,14 @@ class Lease:
 
   Args:
     model_dir: the run's model_dir (a local path or a bucket).
-    clock: `time.time`, for the heartbeat and staleness.
+    clock: `time.time`, for the heartbeat's stamp (and whether a stamp
+      is fresh enough to refuse at once).
+    monotonic: `time.monotonic`, for how long a lease or claim has not
+      changed (staleness).
     sleep: `time.sleep`, for watching a lease and the claims.
-    is_alive: whether a pid of this machine runs (`pid_alive`).
-    host, pid, space: who this process is (`socket.gethostname()`,
-      `os.getpid()`, `pid_space()`).
+    status: what a pid of this machine is (`claim.process_status`).
+    host, pid, space, start: who this process is (`socket.gethostname()`,
+      `os.getpid()`, `pid_space()`, `claim.pid_start(pid)`).
     heartbeat_seconds, stale_seconds, poll_seconds: see the module
       docstring.
     beat_in_background: start the heartbeat thread once acquired (tests
@@ -144,25 +174,32 @@ class Lease:
 
   def __init__(self, model_dir: str, *,
                clock: Callable[[], float] = time.time,
+               monotonic: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep,
-               is_alive: Callable[[int], bool] = pid_alive,
+               status: Callable[[int, Optional[int]], str] = (
+                   claim.process_status),
                host: Optional[str] = None, pid: Optional[int] = None,
-               space: Optional[str] = None,
+               space: Optional[str] = None, start: Optional[int] = None,
                heartbeat_seconds: float = HEARTBEAT_SECONDS,
                stale_seconds: float = STALE_SECONDS,
                poll_seconds: float = POLL_SECONDS,
                beat_in_background: bool = True):
     self.model_dir = model_dir
     self.path = os.path.join(model_dir, FILENAME)
-    self._clock, self._sleep = clock, sleep
+    self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
+    pid = os.getpid() if pid is None else pid
     self._me = claim.Process(
-        socket.gethostname() if host is None else host,
-        os.getpid() if pid is None else pid,
-        pid_space() if space is None else space)
+        socket.gethostname() if host is None else host, pid,
+        pid_space() if space is None else space,
+        claim.pid_start(pid) if start is None else start)
     self._judge = claim.Judge(
-        stale_seconds, me=self._me, is_alive=is_alive,
+        stale_seconds, me=self._me, status=status,
+        stale_reason="it has not changed for {age:.0f}s as this trainer "
+        "watched it",
         own_pid_reason="its pid is this process's: an earlier run of it left "
         "the lease")
+    # How long each lease and claim has not changed, on `monotonic`.
+    self._unchanged = claim.Unchanged(monotonic)
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
     self._poll_seconds = poll_seconds
@@ -170,13 +207,13 @@ class Lease:
     self._token = secrets.token_hex(8)
     self.claims = os.path.join(model_dir, CLAIMS)
     self._claim = claim.Record(
-        os.path.join(self.claims, self._token + _CLAIM_SUFFIX),
-        lambda beats: self._fields())
-    self._lease = claim.Record(self.path, lambda beats: self._fields())
+        os.path.join(self.claims, self._token + _CLAIM_SUFFIX), self._fields)
+    self._lease = claim.Record(self.path, self._fields)
     self._started = 0.0
     self._lost: Optional[str] = None
     self._released = False
     self._unfence: Callable[[], None] = lambda: None
+    self._unexplain: Callable[[], None] = lambda: None
 
   def acquire(self) -> "Lease":
     """Takes the lease or raises `UsageError` naming its holder; see above."""
@@ -198,11 +235,13 @@ class Lease:
           failed="Trainer lease heartbeat failed")
     self._unfence = _files.fence(self.model_dir, self.assert_held,
                                  exempt=self.path)
+    self._unexplain = failures.explain_with(self.explain)
     return self
 
   def _contend(self) -> None:
     """Returns once this trainer's claim wins; raises `UsageError` if not."""
-    waited = False
+    waited = watched = False
+    renewed = self._monotonic()
     while True:
       held, live, gone = self._look()
       if held is not None:
@@ -214,15 +253,26 @@ class Lease:
           claim.remove(other["path"])
         return
       first = min(live, key=lambda c: c["token"])
-      if first["token"] < self._token:
+      if first["token"] < self._token and (
+          self._fresh(first) or self._judge.runs_here(first)):
         self._withdraw()
         raise UsageError(self._in_use_message(self._winner(first)))
-      if not waited:
+      if first["token"] < self._token and not watched:
+        logging.warning(
+            "The claim %s (%s) has not been rewritten for a while: watching "
+            "it for %.0fs before deleting it (hosts' clocks are not "
+            "compared).", first["path"], self._describe(first),
+            self._stale_seconds)
+        watched = True
+      elif not waited:
         logging.info("Another trainer is taking %s at once (%s): waiting "
                      "for it to withdraw.", self.model_dir,
                      self._describe(live[0]))
         waited = True
       self._sleep(self._poll_seconds)
+      if self._monotonic() - renewed >= self._heartbeat_seconds:
+        self._claim.renew()  # A beat: this claim's trainer still waits.
+        renewed = self._monotonic()
 
   def _look(self) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]],
                            List[Dict[str, Any]]]:
@@ -230,8 +280,9 @@ class Lease:
     held = self._read()
     claims = self._other_claims()
     # A holder's claim is judged by its lease, which holds its heartbeat.
-    gone = [c for c in claims if self._gone_because(
-        held if held is not None and held["token"] == c["token"] else c)]
+    gone = [c for c in claims if (
+        self._gone_because(held) if held is not None
+        and held["token"] == c["token"] else self._gone_because(c, c["path"]))]
     live = [c for c in claims if c not in gone]
     if held is not None and self._gone_because(held):
       held = None
@@ -282,7 +333,7 @@ class Lease:
                       "process is gone.", self._claim.path, e)
 
   def beat(self) -> None:
-    """Rewrites the heartbeat, unless the lease is no longer this trainer's."""
+    """Writes the next beat, unless the lease is no longer this trainer's."""
     self._lease.renew(ours=self._holds)
 
   def _holds(self) -> bool:
@@ -303,6 +354,16 @@ class Lease:
     if self._lost is not None:
       raise LeaseLost(self._lost)
 
+  def explain(self, error: BaseException) -> Optional[LeaseLost]:
+    """`LeaseLost` if the lease is lost: what explains `error` then.
+
+    For the run's error boundary (`failures.explain_with`): a holder that
+    lost the lease meets errors of that (a save whose temporary files the
+    new holder deleted); the lost lease is what the user must hear.
+    """
+    del error
+    return LeaseLost(self._lost) if self._lost is not None else None
+
   def after_loop(self, output=None) -> None:
     """An Orbit action: `assert_held`, after each loop, before its save."""
     del output
@@ -318,8 +379,8 @@ class Lease:
              f"{self.path} was deleted under this trainer (by a user, or by "
              "another trainer that took it over and finished)")
     self._lost = (
-        f"{taken}, judging this one gone: this trainer's heartbeat went "
-        "stale (a suspended process? clocks that disagree between hosts?). "
+        f"{taken}, judging this one gone: this trainer's heartbeat stopped "
+        "changing for the stale time (a suspended process? a partition?). "
         "This trainer stops without saving, so that one trainer writes the "
         "model_dir.")
     logging.error("%s", self._lost)
@@ -329,15 +390,18 @@ class Lease:
     """Stops the heartbeat and deletes the lease, if it is still ours.
 
     The claim goes first: while the lease still names this live process, a
-    trainer starting meanwhile refuses instead of finding its claim.
+    trainer starting meanwhile refuses instead of finding its claim. A
+    lease found lost here stays the explanation of what the run raised
+    (`explain`), for the error boundary that comes after.
     """
     self._released = True
     self._lease.stop_heartbeat()
     self._unfence()
     try:
       self._claim.remove()
-      if self._ours(self._read()):
+      if self._lost is None and self._still_held():
         tf.io.gfile.remove(self.path)
+        self._unexplain()
     except tf.errors.OpError as e:
       logging.warning("Could not delete %s (%s); the next trainer takes it "
                       "over once this process is gone.", self.path, e)
@@ -345,29 +409,50 @@ class Lease:
   def _live_holder(self, held: Optional[Dict[str, Any]]
                    ) -> Optional[Dict[str, Any]]:
     """The lease of a live holder, after watching `held`; None if gone."""
+    watching = False
     while held is not None:
       gone = self._gone_because(held)
       if gone:
         logging.warning("Taking over %s: %s (%s).", self.path, gone,
                         self._describe(held))
         return None
-      age = self._clock() - held["heartbeat"]
-      if age <= _MISSED_BEATS * self._heartbeat_seconds:
+      if self._fresh(held) or self._judge.runs_here(held):
         return held
+      if not watching:
+        logging.warning(
+            "%s: watching its lease for %.0fs before taking it over: a "
+            "holder is gone once its heartbeat has not changed for that "
+            "long as this trainer watches it (hosts' clocks are not "
+            "compared).", self._describe(held), self._stale_seconds)
+        watching = True
       logging.warning("%s: last heartbeat %.0fs ago; waiting until it beats "
-                      "again or is %.0fs old.", self._describe(held), age,
-                      self._stale_seconds)
+                      "again or is %.0fs old.", self._describe(held),
+                      self._clock() - held["heartbeat"], self._stale_seconds)
       self._sleep(self._heartbeat_seconds)
       now = self._read()
-      if now is not None and (now["token"], now["heartbeat"]) != (
-          held["token"], held["heartbeat"]):
+      if now is not None and _version(now) != _version(held):
         return now  # It beat again, or another trainer just took it.
       held = now
     return None
 
-  def _gone_because(self, held: Dict[str, Any]) -> str:
-    """Why the holder of `held` is gone, or "" when it may be alive."""
-    return self._judge.gone_because(held, self._clock() - held["heartbeat"])
+  def _fresh(self, record: Dict[str, Any]) -> bool:
+    """Whether `record` was stamped within a few beats of this host's clock.
+
+    Either way: a stamp from the future (a host whose clock leads) is no
+    fresher than one from the past. Only ever a reason to refuse.
+    """
+    age = self._clock() - record["heartbeat"]
+    return abs(age) <= _MISSED_BEATS * self._heartbeat_seconds
+
+  def _gone_because(self, record: Dict[str, Any],
+                    key: Optional[str] = None) -> str:
+    """Why the trainer of the lease (or the claim at `key`) is gone.
+
+    "" when it may be alive. Its age is how long this trainer has seen it
+    unchanged (`claim.Unchanged`, on `monotonic`).
+    """
+    age = self._unchanged.age(key or self.path, _version(record))
+    return self._judge.gone_because(record, age)
 
   def _in_use_message(self, held: Dict[str, Any]) -> str:
     return (
@@ -385,10 +470,10 @@ class Lease:
   def _ours(self, held: Optional[Dict[str, Any]]) -> bool:
     return held is not None and held["token"] == self._token
 
-  def _fields(self) -> Dict[str, Any]:
-    """This trainer's lease (or claim), its heartbeat now."""
+  def _fields(self, beats: int) -> Dict[str, Any]:
+    """This trainer's lease (or claim) at its `beats`-th beat, stamped now."""
     return {**self._me.fields(), "token": self._token, "started": self._started,
-            "heartbeat": self._clock()}
+            "beats": beats, "heartbeat": self._clock()}
 
   def _read(self, path: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """The lease (or a claim at `path`); None if none or it is not one."""
@@ -397,6 +482,16 @@ class Lease:
     except _files.Damaged as e:
       logging.warning("%s: read as no lease.", e)
       return None
+
+
+def _version(record: Dict[str, Any]) -> Tuple[Any, ...]:
+  """What changes at each beat of a lease or claim: its token and counter.
+
+  The stamp too: an older version's lease has no counter, and its stamp,
+  rewritten every beat, serves as one (compared with itself, never with
+  this host's clock).
+  """
+  return record["token"], record.get("beats"), record["heartbeat"]
 
 
 def acquire(model_dir: str, **kwargs) -> Lease:

@@ -95,6 +95,8 @@ class _Run:
   params: object = None
   global_step: Optional[Callable[[], int]] = None
   log_file: str = ""
+  # What the run lost meanwhile, as the error it explains (`explain_with`).
+  explanations: list = dataclasses.field(default_factory=list)
 
 
 _run = _Run()
@@ -114,6 +116,25 @@ def reset() -> None:
   """Forgets the run (a new one starts in this process)."""
   global _run
   _run = _Run()
+
+
+def explain_with(explain: Callable[[BaseException], Optional[BaseException]]
+                 ) -> Callable[[], None]:
+  """`classify` asks `explain` first what an error is; returns its remover.
+
+  For what the run lost and its errors only show: a trainer whose lease
+  another took (`tfm_ext.model_dir.lease`) meets a `NotFoundError` where
+  its save's temporary files were deleted; `explain` returns the error to
+  classify instead (`LeaseLost`), or None. A `UsageError` or a second
+  signal keeps its own words.
+  """
+  explanations = _run.explanations
+  explanations.append(explain)
+
+  def remove():
+    if explain in explanations:
+      explanations.remove(explain)
+  return remove
 
 
 @contextlib.contextmanager
@@ -199,6 +220,11 @@ def storage_fault(error: BaseException) -> bool:
 
 def classify(error: BaseException) -> Optional[Failure]:
   """The `Failure` that `error` is, or None for a bug (see the module)."""
+  if not isinstance(error, (UsageError, KeyboardInterrupt)):
+    for explain in list(_run.explanations):
+      explained = explain(error)
+      if explained is not None:
+        return classify(explained)
   name, subject = phase_of(error)
   if isinstance(error, UsageError):
     return Failure(EXIT_USAGE, str(error))
