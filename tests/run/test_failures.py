@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+import types
 
 import pytest
 import tensorflow as tf
@@ -140,6 +141,122 @@ def test_the_innermost_phase_is_the_one_named():
     assert failures.phase_of(e) == ("save", "/m/ckpt-40")
 
 
+# -- Classified by the failing object ---------------------------------------
+
+
+def _graph_error(op, reason):
+  return tf.errors.InvalidArgumentError(None, None, (
+      f"Graph execution error:\n\nDetected at node {op} defined at (most "
+      f"recent call last):\n  File \"train.py\", line 1\n\n{reason}\n"
+      f"\t [[{{{{node {op}}}}}]] [Op:__inference_loop_fn_123]"))
+
+
+@pytest.fixture
+def a_run():
+  params = types.SimpleNamespace(
+      task=types.SimpleNamespace(
+          train_data=types.SimpleNamespace(input_path="/data/train*"),
+          validation_data=types.SimpleNamespace(input_path="/data/val*")),
+      as_dict=lambda: {"task": {"model": {"num_classes": 2}},
+                       "trainer": {"train_steps": 2}})
+  failures.set_run(model_dir="/m", params=params)
+  yield
+  failures.reset()
+
+
+@pytest.mark.parametrize("op", ["IteratorGetNext", "cond/IteratorGetNext_1",
+                                "MultiDeviceIteratorGetNextFromShard"])
+def test_an_input_ops_error_is_the_datas(a_run, op):
+  failure = _raised_in("step", _graph_error(op, "Feature: image/class/label "
+                                                "(data type: int64) is required"))
+  assert failure.code == failures.EXIT_DATA
+  assert "failed on its data" in failure.message
+  assert "task.train_data.input_path='/data/train*'" in failure.message
+
+
+def test_a_model_ops_error_is_not_blamed_on_the_data(a_run):
+  # A Dense(1) head for two classes: the loss's squeeze fails; a bug of the
+  # model, with its traceback.
+  error = _graph_error("sparse_categorical_crossentropy/Squeeze",
+                       "Can not squeeze dim[0], expected a dimension of 1, "
+                       "got 64")
+  assert failures.failing_op(error) == "sparse_categorical_crossentropy/Squeeze"
+  for phase in ("step", "evaluate"):
+    assert _raised_in(phase, error) is None
+
+
+def test_labels_outside_the_classes_name_the_data_and_the_field(a_run):
+  failure = _raised_in("step", _graph_error(
+      "sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits",
+      "Received a label value of 5 which is outside the valid range of "
+      "[0, 2).  Label values: 5 1"))
+  assert failure.code == failures.EXIT_DATA
+  assert "a label is 5, outside [0, 2)" in failure.message
+  assert "task.model.num_classes=2" in failure.message
+  assert "/data/train*" in failure.message
+
+
+def test_out_of_memory_is_its_own_class_nothing_lost(a_run):
+  failure = _raised_in("step", tf.errors.ResourceExhaustedError(
+      None, None, "OOM when allocating tensor with shape[4096,4096,64]"))
+  assert failure.code == failures.EXIT_STORAGE
+  assert failure.message.startswith("The run ran out of memory while training")
+  assert "task.train_data.global_batch_size" in failure.message
+  assert "data" not in failure.message.split("(")[0]
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.FailedPreconditionError(None, None,
+                                      "/m/run_summary.json; Is a directory"),
+    IsADirectoryError(errno.EISDIR, "Is a directory", "/m/metrics.csv"),
+    NotADirectoryError(errno.ENOTDIR, "Not a directory", "/m/logs/x.log"),
+])
+def test_a_file_of_the_model_dir_of_the_wrong_kind_is_named(a_run, error):
+  for phase in ("config", "step", "evaluate", "save"):
+    try:
+      with failures.phase(phase):
+        raise error
+    except (OSError, tf.errors.OpError) as e:
+      failure = failures.classify(e)
+    assert failure.code == failures.EXIT_USAGE, phase
+    assert "a file of --model_dir" in failure.message and "/m/" in (
+        failure.message), phase
+    assert "data" not in failure.message
+
+
+def test_an_input_inside_the_model_dir_is_still_the_datas():
+  failures.set_run(model_dir="/m", params=types.SimpleNamespace(
+      task=types.SimpleNamespace(
+          train_data=types.SimpleNamespace(input_path="/m/data/*.tfrecord"),
+          validation_data=None)))
+  try:
+    failure = _raised_in("step", tf.errors.DataLossError(
+        None, None, "/m/data/a.tfrecord: corrupted record at 12"))
+  finally:
+    failures.reset()
+  assert failure.code == failures.EXIT_DATA
+
+
+def test_a_checkpoint_that_vanished_is_not_one_that_does_not_fit(a_run):
+  failure = _raised_in("restore", tf.errors.NotFoundError(
+      None, None, "/m/ckpt-40.data-00000-of-00001; No such file or directory"))
+  assert failure.code == failures.EXIT_STORAGE
+  assert "vanished while it was read" in failure.message
+  assert "does not fit" not in failure.message
+
+
+def test_an_unreachable_config_file_is_not_blamed_on_the_model_dir(a_run):
+  error = tf.errors.UnavailableError(None, None, "Couldn't resolve host")
+  try:
+    with failures.phase("config"):
+      raise error
+  except tf.errors.UnavailableError as e:
+    failure = failures.classify(e)
+  assert failure.code == failures.EXIT_USAGE
+  assert "/m" not in failure.message
+  assert failure.message.startswith("a config file or input cannot be used")
+
+
 @pytest.fixture
 def tmpfs(tmp_path):
   """A small tmpfs of its own (root only): a disk that fills, or is read-only."""
@@ -212,6 +329,20 @@ def test_bad_training_data_is_exit_3_naming_the_input(launch_forked, tmp_path,
   else:  # Found by TensorFlow in the first step: the log has the traceback.
     assert "No checkpoint had been saved yet" in line
     assert TRACEBACK in _log_text(model_dir)
+
+
+def test_labels_past_num_classes_name_both_the_data_and_the_field(
+    launch_forked, tmp_path):
+  # digits holds labels 0-9; the model has 5 classes: which one is wrong
+  # is the user's to say, and the paragraph names both.
+  result = launch_forked(
+      "--experiment=digits_convnet", "--mode=train",
+      f"--params_override={SMOKE},task.model.num_classes=5",
+      model_dir=tmp_path / "m")
+  line = _clean(result, 3)
+  assert "outside [0, 5)" in line and "task.model.num_classes=5" in line
+  assert "Fix the one that is wrong" in line
+  assert result.summary()["exit_code"] == 3
 
 
 def test_bad_validation_data_after_a_checkpoint_names_it_intact(
