@@ -146,3 +146,10 @@ def test_input_threads_that_are_not_a_count(launch_forked, tmp_path, threads,
                       model_dir=tmp_path / "m")
   assert_clean_usage_error(run, f"{field}={shown}",
                            "0: tf.data's own pool")
+
+
+def test_export_flags_outside_an_export_are_refused(launch_forked, tmp_path):
+  run = launch_forked(EXP, "--mode=train", "--input_type=image_bytes",
+                      "--checkpoint_path=300", model_dir=tmp_path / "m")
+  assert_clean_usage_error(run, "--checkpoint_path=300 --input_type="
+                           "image_bytes: for --mode=export, not --mode=train.")

@@ -131,10 +131,12 @@ def prepare(request: RunRequest) -> Plan:
   if mode.trains:
     config_drift.check_unchanged(params, request.model_dir,
                                  request.allow_config_change)
+  export_flags = ([f"--checkpoint_path={request.checkpoint_path}"]
+                  if request.checkpoint_path else []) + request.serving.given
+  if export_flags and mode is not modes.MODES["export"]:
+    raise UsageError(f"{' '.join(export_flags)}: for --mode=export, not "
+                     f"--mode={request.mode}.")
   if request.checkpoint_path:
-    if mode is not modes.MODES["export"]:
-      raise UsageError(f"--checkpoint_path is for --mode=export, not "
-                       f"--mode={request.mode}.")
     export.checkpoint_to_export(
         request.model_dir, params.trainer.best_checkpoint_export_subdir,
         request.checkpoint_path)
@@ -170,7 +172,10 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   notifier = notify.for_request(request, chief)
   summary = None
   try:
-    with failures.boundary(), preemption.SignalWatcher() as watcher:
+    # Once the outcome is written, signals are ignored: Python's exit
+    # would die of one (143) on its way to the run's exit code.
+    with failures.boundary(), preemption.SignalWatcher(
+        ignore_after=True) as watcher:
       try:
         summary = _with_recovery(plan, recovery, watcher, notifier)
       except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
@@ -344,10 +349,13 @@ def _drive(plan: Plan, parts: assembly.Parts,
     watcher.check_stopped(mode.stops_on_signal,
                           int(parts.trainer.global_step.numpy()))
   except preemption.Preempted as e:
-    return summarize(plan, parts, resumes, "preempted", str(e))
+    return summarize(plan, parts, resumes, "preempted", str(e),
+                     exit_code=preemption.EXIT_CODE)
   except (UsageError,) + TRANSIENT_ERRORS:
     raise  # Refused (exit 2), or restarted by `_with_recovery`.
-  except Exception as e:  # pylint: disable=broad-except
+  except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+    # A hook's sys.exit() is a bug like any error of the model's code (an
+    # action's is the action's failure: `actions.Guard`).
     watcher.check_aborted(e)
     failure = failures.classify(e)
     if failure is None:  # A bug: its traceback, and a summary saying so.
@@ -355,6 +363,8 @@ def _drive(plan: Plan, parts: assembly.Parts,
           plan, parts, resumes, "failed", exit_code=1,
           message=f"a bug: {type(e).__name__}: {failures.tf_reason(e)} (its "
                   "traceback is on the console and in the log)"))
+      if isinstance(e, SystemExit):  # Else the process would exit with e.code.
+        raise RuntimeError(f"sys.exit({e.code!r}) inside the run") from e
       raise
     logging.info("The run failed.", exc_info=True)  # The log file only.
     return summarize(plan, parts, resumes, "failed", failure.message,
