@@ -3,6 +3,8 @@
 In-process runs of digits_convnet.
 """
 
+import tf_keras
+
 from tfm_ext.model_dir import run_summary
 
 TINY = ("trainer.train_steps=4,trainer.steps_per_loop=2,"
@@ -28,3 +30,13 @@ def test_an_evaluator_leaves_the_trainers_records_as_they_are(
     assert run_summary.training_complete_step(str(tmp_path)) == 4, mode
   assert (tmp_path / "params.yaml").read_text() == params_yaml
   assert run_summary.training_starts(str(tmp_path)) == starts
+
+
+def test_a_runs_mixed_precision_policy_ends_with_it(run_in_process, tmp_path):
+  # A notebook's next run, or a test's, starts from the policy before.
+  before = tf_keras.mixed_precision.global_policy().name
+  summary, _ = run_in_process(
+      "digits_convnet", "train", tmp_path,
+      TINY + ",runtime.mixed_precision_dtype=bfloat16")
+  assert summary.status == "completed"
+  assert tf_keras.mixed_precision.global_policy().name == before == "float32"

@@ -292,6 +292,9 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
   (`assembly`: a whole checkpoint each save) are read by no one.
   """
   held = None
+  # The run sets runtime.mixed_precision_dtype's policy for the process:
+  # the next run in it (a notebook's, a test's) starts from the one before.
+  policy = tf_keras.mixed_precision.global_policy()
   if plan.mode.trains and plan.strategy.extended.should_checkpoint:
     with failures.phase("model_dir", plan.request.model_dir):
       held = lease.acquire(plan.request.model_dir)
@@ -303,6 +306,7 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
       if not parts.chief:
         shutil.rmtree(parts.write_dir, ignore_errors=True)
   finally:
+    tf_keras.mixed_precision.set_global_policy(policy)
     if held:
       held.release()
 
