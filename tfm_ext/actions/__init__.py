@@ -43,6 +43,13 @@ Every action is guarded this way: registered ones, TFM's, those passed to
 `RunFailed` (exit 3), `UsageError` (exit 2) and `preemption.Preempted`. The
 driver's own run-ending actions (divergence recovery, the trainer lease's
 check, the preemption save) are not guarded: their failures are the run's.
+
+`sys.exit()` in an action is an action failure like any other exception:
+reported and counted (a required action's saves and fails the run, exit
+3). An action cannot end a run with exit 0 and no summary; a run stops
+cleanly at `train_steps`, or on a signal (`tfm_ext.run.preemption`). (In a
+trainer hook, which is model logic, `sys.exit()` is a bug: exit 1, the run
+summary saying so.)
 """
 
 import dataclasses
@@ -159,7 +166,7 @@ class Guard:
                                                             phase=phase)
             for action in actions]
 
-  def failed(self, key: str, error: Exception, required: bool) -> None:
+  def failed(self, key: str, error: BaseException, required: bool) -> None:
     """Counts and reports `error` of action `key`; raises if `required`."""
     count = self.failures[key] = self.failures.get(key, 0) + 1
     step = self._global_step()
@@ -186,8 +193,9 @@ class Guard:
 class Guarded:
   """An action whose exceptions its `Guard` counts and reports.
 
-  Exceptions of `OUTCOMES` and those that are not an `Exception` (a second
-  signal, `SystemExit`) pass through unchanged.
+  Exceptions of `OUTCOMES` and a `KeyboardInterrupt` (a second signal)
+  pass through unchanged; `SystemExit` (an action's `sys.exit()`) is a
+  failure of the action, as any `Exception`.
   """
 
   def __init__(self, action: Action, *, key: str, guard: Guard,
@@ -202,7 +210,7 @@ class Guarded:
       self.action(output)
     except OUTCOMES:
       raise
-    except Exception as e:  # pylint: disable=broad-except
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
       self._guard.failed(self.key, e, self.required)
 
 

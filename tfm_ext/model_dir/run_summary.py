@@ -76,8 +76,8 @@ class RunSummary:
   status: str = "completed"
   # Why a run was preempted or failed (or that it had nothing to train).
   message: str = ""
-  # The launcher's exit code for a failed run: 3 its data, 4 its storage
-  # (`tfm_ext.run.failures`); 0 otherwise.
+  # The launcher's exit code: 0 completed, 42 preempted, for a failed run
+  # 3 its data, 4 its storage, 1 a bug (`tfm_ext.run.failures`).
   exit_code: int = 0
   global_step: int = 0
   train_steps: int = 0

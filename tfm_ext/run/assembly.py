@@ -148,6 +148,10 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   for method, name in (("train", "step"), ("evaluate", "evaluate")):
     if hasattr(trainer, method):
       setattr(trainer, method, failures.phased(name, getattr(trainer, method)))
+  if mode.trains and not strategies.is_multi_worker(strategy):
+    # A signal stops the loop after the step in flight (multi-worker: at
+    # the loop's end, where all workers agree on the step to save).
+    preemption.stop_within_a_step(trainer, watcher)
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 

@@ -8,11 +8,14 @@ What a signal does is decided here, by when it comes:
     while the parts are built      exit 42 once they are, before anything is
                                    written (`SignalWatcher.check_start`:
                                    `StartUpInterrupted`)
-    while training                 the loop in flight ends, its summaries are
-                                   written, a checkpoint is saved at the
-                                   current step, exit 42
-                                   (`SaveAndStopIfPreempted`; on several
-                                   workers `CoordinatedSaveAndStop`)
+    while training                 the loop stops after the step in flight
+                                   (`stop_within_a_step`), its summaries are
+                                   written, a checkpoint is saved at that
+                                   step, exit 42 (`SaveAndStopIfPreempted`).
+                                   On several workers the loop in flight
+                                   ends first: all save at one agreed step
+                                   (`CoordinatedSaveAndStop`)
+    while a training run evaluates the evaluation ends, then as above
     while an evaluator runs        it stops between evaluations, saves
                                    nothing, exit 42 (`SignalWatcher.stopping`,
                                    `check_stopped`)
@@ -20,7 +23,23 @@ What a signal does is decided here, by when it comes:
                                    `export`)
     a second signal                the job ends at once without saving, exit
                                    42 (`SecondSignal`), whatever the code it
-                                   interrupted raised of it
+                                   interrupted raised of it; if the main
+                                   thread does not take it within a second
+                                   (inside TensorFlow), the watcher's thread
+                                   says it and ends the process, exit 42
+    once the run's outcome is      ignored: the process is already ending
+    written                        with its exit code (Python resets its
+                                   handlers to the default while it exits,
+                                   where a signal would end it with 143)
+
+Each signal is said on the console as it comes, whatever the main thread
+is doing. Python runs a signal handler only between two bytecodes of the
+main thread, so while the main thread is inside a traced training loop
+(thousands of steps, minutes on an accelerator) the handler waits, and two
+signals of one kind that come meanwhile run it once. The C handler writes
+each signal at once to Python's wakeup file descriptor: `SignalWatcher`'s
+thread reads it there, counts the signals, says them, and sets the stop
+variable the training loop reads at every step (`stop_within_a_step`).
 
 42 (`EXIT_CODE`) is the restart code TensorFlow's
 `PreemptionCheckpointHandler` uses: a supervisor that restarts on it resumes
@@ -33,12 +52,18 @@ On a single worker the handler adds nothing over ours and first probes the
 GCE metadata server over the network to learn its platform.
 """
 
+import _thread
+import os
 import signal
-from typing import Optional, Sequence
+import sys
+import threading
+from typing import List, Optional, Sequence
 
 from absl import logging
 import orbit
 import tensorflow as tf
+
+from official.core import base_trainer
 
 from tfm_ext.run import _startup
 
@@ -85,14 +110,33 @@ class SecondSignal(KeyboardInterrupt):
 class SignalWatcher:
   """Records a signal of `SIGNALS` instead of dying; a second one aborts.
 
-  Use as a context manager; the previous handlers come back on exit.
+  Use as a context manager, from the main thread; the previous handlers
+  come back on exit (`ignore_after=True`: the signals are ignored from
+  then on, for a process whose outcome is decided). See the module
+  docstring for what each signal does and who says it.
   """
 
-  def __init__(self, signals: Sequence[int] = SIGNALS):
+  # How long the main thread has to take a second signal before the
+  # watcher's thread ends the process itself.
+  ABORT_GRACE_SECONDS = 1.0
+
+  def __init__(self, signals: Sequence[int] = SIGNALS,
+               ignore_after: bool = False):
     self._signals = tuple(signals)
+    self._ignore_after = ignore_after
     self._previous = {}
     self.received: Optional[int] = None
     self._second: Optional[int] = None
+    self._raised = False  # The main thread raised `SecondSignal`.
+    # Signals counted by the handler [False] and by the thread [True].
+    self._counts = {False: 0, True: 0}
+    self._seen = 0
+    self._lock = threading.Lock()
+    self._wakeup = None  # (read fd, write fd, previous wakeup fd)
+    self._thread: Optional[threading.Thread] = None
+    self._loop_stops: List[tf.Variable] = []
+    self._after_first = ("finishing what is in flight, then exiting; a "
+                         "second signal ends the job at once without saving")
 
   @property
   def signal_name(self) -> str:
@@ -101,12 +145,27 @@ class SignalWatcher:
   def __enter__(self) -> "SignalWatcher":
     for sig in self._signals:
       self._previous[sig] = signal.signal(sig, self._handle)
+    if self._signals:
+      read_fd, write_fd = os.pipe()
+      os.set_blocking(write_fd, False)
+      previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+      self._wakeup = (read_fd, write_fd, previous)
+      self._thread = threading.Thread(target=self._read_signals,
+                                      name="tfm_ext-signals", daemon=True)
+      self._thread.start()
     return self
 
   def __exit__(self, exc_type, error, traceback) -> None:
     for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+      signal.signal(sig, signal.SIG_IGN if self._ignore_after else handler)
     self._previous.clear()
+    if self._wakeup:
+      read_fd, write_fd, previous = self._wakeup
+      signal.set_wakeup_fd(previous)
+      os.close(write_fd)  # The thread reads the end of the pipe and returns.
+      self._thread.join()
+      os.close(read_fd)
+      self._wakeup = self._thread = None
     if isinstance(error, Exception):
       self.check_aborted(error)
 
@@ -119,6 +178,7 @@ class SignalWatcher:
     object): whatever comes out, the job was aborted.
     """
     if self._second is not None and not isinstance(error, SecondSignal):
+      self._raised = True
       raise SecondSignal(signal.Signals(self._second).name) from error
 
   @property
@@ -139,18 +199,198 @@ class SignalWatcher:
     if self.received is not None and stops_on_signal:
       raise Preempted(step, self.signal_name, saved=False)
 
+  def after_first(self, what: str) -> None:
+    """Sets what the first signal's console line says comes next."""
+    self._after_first = what
+
+  def loop_stop(self) -> tf.Variable:
+    """A variable set to True on the first signal, for a loop to read.
+
+    Create it outside a strategy's scope: it is one host variable, read by
+    the loop's condition (`stop_within_a_step`), not a replicated one.
+    """
+    with tf.init_scope(), tf.device("CPU:0"):
+      stop = tf.Variable(self.received is not None, trainable=False,
+                         name="stop_at_next_step")
+    self._loop_stops.append(stop)
+    return stop
+
   def _handle(self, signum, frame) -> None:
+    """The main thread's handler: counts the signal; raises on the second.
+
+    It may run once for several signals (the main thread was inside
+    TensorFlow meanwhile), and before or after the watcher's thread read
+    the signal: each counts what it saw, and the higher count is the
+    number of signals that came (`_count`).
+    """
     del frame
-    if self.received is not None:
-      # A second signal: the user (or the cluster) will not wait any longer.
-      self._second = signum
-      logging.warning("Second %s: exiting without a checkpoint.",
-                      signal.Signals(signum).name)
-      raise SecondSignal(signal.Signals(signum).name)
-    self.received = signum
-    logging.warning("%s received: finishing the loop in flight, then saving "
-                    "a checkpoint and exiting with %d.",
-                    signal.Signals(signum).name, EXIT_CODE)
+    self._count(signum, by_thread=False)
+    if self._second is not None and not self._raised:
+      self._raised = True
+      raise SecondSignal(signal.Signals(self._second).name)
+
+  def _read_signals(self) -> None:
+    """The watcher's thread: reads each signal from the wakeup fd."""
+    read_fd = self._wakeup[0]
+    while True:
+      try:
+        got = os.read(read_fd, 64)
+      except OSError:
+        return
+      if not got:
+        return
+      for signum in got:
+        # Only the signals this watcher handles: another handler's (TF's
+        # multi-worker SIGTERM watcher) writes here too.
+        if (signum in self._signals
+            and signal.getsignal(signum) == self._handle
+            and self._count(signum, by_thread=True) == 2):
+          _thread.interrupt_main(signum)  # Its handler raises, if it can.
+          threading.Timer(self.ABORT_GRACE_SECONDS, self._abort,
+                          args=(signum,)).start()
+
+  def _count(self, signum: int, by_thread: bool) -> int:
+    """Counts a signal; acts on the first two; returns 1, 2, or 0 for one
+    the other counter counted already (or a third)."""
+    with self._lock:
+      self._counts[by_thread] += 1
+      seen = self._counts[by_thread]
+      if seen <= self._seen:
+        return 0
+      self._seen = seen
+      name = signal.Signals(signum).name
+      if seen == 1:
+        self.received = signum
+        for stop in self._loop_stops:
+          stop.assign(True)
+        _say(f"{name} received: {self._after_first}.")
+      elif seen == 2:
+        self._second = signum
+        logging.info("Second %s: exiting without a checkpoint.", name)
+      else:
+        return 0
+      return seen
+
+  def _abort(self, signum: int) -> None:
+    """Ends the process if the main thread did not take a second signal."""
+    if self._raised or self._wakeup is None:
+      return
+    from tfm_ext.run import failures  # pylint: disable=g-import-not-at-top
+    failure = failures.classify(SecondSignal(signal.Signals(signum).name))
+    _say(f"{failure.kind}: {failure.message} (TensorFlow held the main "
+         "thread: the process ends from the signal watcher.)")
+    os._exit(failure.code)  # pylint: disable=protected-access
+
+
+def _say(line: str) -> None:
+  """One line on stderr at once, from any thread, and in the log file."""
+  logging.info(line)
+  try:
+    os.write(sys.stderr.fileno(), (line + "\n").encode())
+  except (OSError, ValueError):  # A closed console: the log keeps it.
+    pass
+
+
+# What the first signal's line says while a run trains (`stop_within_a_step`).
+TRAINING_STOPS = (
+    "stopping after the step in flight (an evaluation in flight ends "
+    f"first), saving a checkpoint at that step, then exit {EXIT_CODE}; a "
+    "second signal ends the job at once without saving")
+
+
+def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
+  """Makes `trainer`'s training loop end after the step in flight on a signal.
+
+  The loop is Orbit's (`orbit.StandardTrainer.create_train_loop_fn`, which
+  TFM's `base_trainer.Trainer` and `CustomTrainer` use) with one change:
+  its condition also reads `watcher.loop_stop()`, a host variable the
+  watcher's thread sets on the first signal while the main thread runs the
+  traced loop. The step in flight ends, the loop returns, and the train
+  actions run as after any loop: `SaveAndStopIfPreempted` saves at that
+  step. Orbit then logs that the loop ran fewer steps than asked; that
+  warning is dropped for a stopped loop.
+
+  Returns False, leaving the trainer as it is (a signal then waits for the
+  loop's end), for a loop Orbit does not build: a trainer that overrides
+  `create_train_loop_fn`, or a parameter server's (asynchronous) one. Only
+  for single-worker jobs: on several workers a stop must be agreed
+  (`CoordinatedSaveAndStop`).
+  """
+  options = getattr(trainer, "_train_options", None)
+  if (options is None or getattr(trainer, "_is_async", False)
+      or type(trainer).create_train_loop_fn not in _ORBIT_LOOPS):
+    logging.info("%s builds its own training loop: a signal stops it at the "
+                 "loop's end.", type(trainer).__name__)
+    return False
+  stop = watcher.loop_stop()
+  watcher.after_first(TRAINING_STOPS)
+  logging.get_absl_logger().addFilter(_StoppedLoopWarning(watcher))
+
+  def create_train_loop_fn():
+    step_fn = trainer.train_step
+    if options.use_tf_while_loop:
+      loop_fn = _while_not_stopped(step_fn, stop)
+      if options.use_tpu_summary_optimization:
+        return orbit.utils.LoopFnWithSummaries(loop_fn)
+      return tf.function(loop_fn)
+    if options.use_tf_function:
+      step_fn = tf.function(step_fn)
+    return _python_loop_until_stopped(step_fn, stop)
+
+  trainer.create_train_loop_fn = create_train_loop_fn
+  return True
+
+
+# The loop builders whose loop `stop_within_a_step` rebuilds: Orbit's, and
+# TFM's, which is Orbit's but for a parameter server.
+_ORBIT_LOOPS = (orbit.StandardTrainer.create_train_loop_fn,
+                base_trainer.Trainer.create_train_loop_fn)
+
+
+def _while_not_stopped(step_fn, stop: tf.Variable):
+  """Orbit's `create_tf_while_loop_fn`, its condition also reading `stop`."""
+
+  def loop_fn(iterator, num_steps):
+    if not isinstance(num_steps, tf.Tensor):
+      raise ValueError("`num_steps` should be a `tf.Tensor`: a Python value "
+                       "retraces the loop.")
+    done = tf.constant(0, num_steps.dtype)
+    # One read of a host variable a step: not measurable beside a step
+    # (benchmarks/RESULTS.md#default-stop-within-a-step).
+    while tf.logical_and(done < num_steps, tf.logical_not(stop)):
+      with tf.name_scope(""):  # Ops not named "while/...", as Orbit's.
+        step_fn(iterator)
+      done += 1
+
+  return loop_fn
+
+
+def _python_loop_until_stopped(step_fn, stop: tf.Variable):
+  """Orbit's `create_loop_fn` (no state), stopping between steps."""
+
+  def loop_fn(iterator, num_steps):
+    done, num_steps = 0, int(num_steps)
+    try:
+      with tf.experimental.async_scope():
+        while done < num_steps and not stop.numpy():
+          step_fn(iterator)
+          done += 1
+    except (StopIteration, tf.errors.OutOfRangeError):
+      logging.info("The dataset iterator is exhausted after %d steps.", done)
+      tf.experimental.async_clear_error()
+
+  return loop_fn
+
+
+class _StoppedLoopWarning:
+  """Drops Orbit's warning of a loop short of its steps once stopping."""
+
+  def __init__(self, watcher: SignalWatcher):
+    self._watcher = watcher
+
+  def filter(self, record) -> bool:
+    return not (self._watcher.stopping and
+                "did not update `global_step`" in str(record.msg))
 
 
 class SaveAndStopIfPreempted:
