@@ -362,6 +362,11 @@ class Lease:
     new holder deleted); the lost lease is what the user must hear.
     """
     del error
+    if self._lost is None and not self._released:
+      try:  # Asked before `release` (an error classified inside the run).
+        self._still_held()
+      except tf.errors.OpError:
+        pass  # Unknown: the error speaks for itself.
     return LeaseLost(self._lost) if self._lost is not None else None
 
   def after_loop(self, output=None) -> None:
