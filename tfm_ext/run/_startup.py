@@ -44,6 +44,7 @@ logs at error level, is dropped; whatever else it logs is kept. With NVIDIA
 devices (`/dev/nvidia*`) the line says a driver is broken and stays.
 """
 
+import fcntl
 import gc
 import glob
 import os
@@ -73,6 +74,7 @@ def begin(signals: bool = True) -> None:
   global _depth, _paused
   if signals:
     install_signals()
+    install_console()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
   if _depth == 0 and gc.isenabled():
     gc.disable()
@@ -107,9 +109,88 @@ def install_signals() -> None:
 def _exit(signum, frame) -> None:
   del frame
   # Unbuffered: the signal may have come while Python wrote to stderr.
-  os.write(sys.stderr.fileno(), (
-      f"preempted: {message(signal.Signals(signum).name)}\n").encode())
+  try:
+    os.write(2, (
+        f"preempted: {message(signal.Signals(signum).name)}\n").encode())
+  except OSError:  # A console gone: the exit code says it.
+    pass
   os._exit(EXIT_CODE)  # pylint: disable=protected-access
+
+
+def install_console() -> None:
+  """Lets the console go away without ending the run: see `_Console`.
+
+  A standard stream closed at the start (`>&-`) gets the null device on
+  its descriptor, so no file the run opens later takes that number (and
+  TensorFlow's log lines with it), and so does one that holds a file read
+  only (a script that the shell ran through the lowest free descriptor: a
+  pyenv shim); each stream is a `_Console`. Idempotent.
+  """
+  for name, fd in (("stdout", 1), ("stderr", 2)):
+    stream = getattr(sys, name)
+    if isinstance(stream, _Console):
+      continue
+    if not _writable(fd):
+      _to_null(fd)
+      stream = None
+    if stream is None:  # Python's, for a descriptor closed at its start.
+      stream = open(fd, "w", buffering=1, closefd=False,  # pylint: disable=consider-using-with
+                    encoding="utf-8", errors="backslashreplace")
+    setattr(sys, name, _Console(stream, fd))
+
+
+def _writable(fd: int) -> bool:
+  """Whether `fd` is open for writing (closed, or a file something else
+  opened read-only as the lowest free number, is not)."""
+  try:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+  except OSError:
+    return False
+  return flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+
+
+def _to_null(fd: int) -> None:
+  null = os.open(os.devnull, os.O_WRONLY)
+  if null != fd:  # A closed `fd` is the lowest free one: opened as it.
+    os.dup2(null, fd)
+    os.close(null)
+
+
+class _Console:
+  """A standard stream whose reader may go: a closed pipe, a lost terminal.
+
+  The run's outcome lives in its records and exit code, not in what it
+  printed: the first write or flush that fails (`BrokenPipeError`, `EIO`)
+  puts the null device on the stream's descriptor, so that write, every
+  later one, and Python's own flush at exit succeed.
+  """
+
+  def __init__(self, stream, fd: int):
+    self._stream = stream
+    self._fd = fd
+
+  def write(self, text):
+    try:
+      return self._stream.write(text)
+    except (OSError, ValueError):
+      self._gone()
+      return len(text)
+
+  def flush(self):
+    try:
+      self._stream.flush()
+    except (OSError, ValueError):
+      self._gone()
+
+  def _gone(self) -> None:
+    _to_null(self._fd)
+    try:
+      self._stream.flush()  # What the stream held goes to the null device.
+    except (OSError, ValueError):
+      pass
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
 
 
 _listed = False

@@ -222,6 +222,7 @@ def main(argv) -> None:
   # For a fork's script that did not call _startup.begin: a signal exits
   # 42 from here until the run's handlers take over.
   _startup.install_signals()
+  _startup.install_console()
   console.hold_log()
   failures.reset()
   with failures.boundary():
