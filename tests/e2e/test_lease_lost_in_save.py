@@ -7,13 +7,13 @@ line, exit 2, with no traceback (issue 46), and write nothing.
 """
 
 import glob
-import json
 import os
 import re
 import signal
 import time
 
 from conftest import REPO
+from test_data_loss import _lease, _wait_for  # Case b's helpers.
 
 STOPS_IN_SAVE = os.path.join(REPO, "tests", "stops_in_save_train.py")
 EXPERIMENT = "--experiment=digits_convnet"
@@ -24,24 +24,9 @@ LEASE_ENV = {"TFM_EXT_LEASE_HEARTBEAT_SECONDS": "0.5",
              "TFM_EXT_LEASE_STALE_SECONDS": "2"}
 
 
-def _lease(model_dir):
-  try:
-    with open(os.path.join(model_dir, "trainer_lease.json")) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
-
-
 def _state(pid):
   with open(f"/proc/{pid}/stat") as f:
     return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def _wait_for(predicate, timeout, what):
-  deadline = time.monotonic() + timeout
-  while not predicate():
-    assert time.monotonic() < deadline, f"timed out waiting for {what}"
-    time.sleep(0.05)
 
 
 def test_a_trainer_suspended_inside_a_save_wakes_and_exits_2_in_one_line(
