@@ -16,13 +16,26 @@ what comes out into one paragraph and an exit code (`classify`):
 | a storage fault: no space, quota, read-only, a   | config,         | 2    |
 |   permission, an unreachable bucket               |   model_dir     |      |
 |   the same once the run has started              | later           | 4    |
+| out of memory (`ResourceExhaustedError`)         | any             | 4    |
+| a file of the model_dir of the wrong kind (a     | any but restore | 2    |
+|   directory where a record belongs...)           |                 |      |
 | `RunFailed` (a diverged loss, an empty dataset)  | any             | 3    |
-| TensorFlow's runtime on the data (`OpError`)     | build, step,    | 3    |
-|                                                  |   evaluate      |      |
+| an input op's error (`IteratorGetNext`, a        | build, step,    | 3    |
+|   parser, a decoder; or no op named)             |   evaluate      |      |
+| a label outside the model's classes (the data's  | step, evaluate  | 3, naming both |
+|   or the config's: the paragraph names both)     |                 |      |
+| a kernel of the model, loss or metrics           | step, evaluate  | 1, with its traceback |
 | a checkpoint that does not fit the model         | restore         | 2    |
+| a checkpoint that vanished while read            | restore         | 4    |
 | a config file that cannot be read                | config          | 2    |
 | a second signal                                  | any             | 42   |
 | anything else                                    | any             | 1, with its traceback |
+
+What failed decides, not the error's type alone: TensorFlow names the op
+that raised (`failing_op`), and the run is said to have failed on its data
+only where that op hands the step its input, or where it names none (a
+`DataLossError` from a reader); a path of the model_dir in the error is
+that file's fault, unless it is an input's.
 
 How a user's fault is told from a bug: a user's fault is a check's own
 refusal (`UsageError`, `RunFailed`), an error of TensorFlow's runtime (a
@@ -44,6 +57,7 @@ and relaunch the same command to resume.
 import contextlib
 import dataclasses
 import errno
+import fnmatch
 import logging as std_logging
 import re
 import sys
@@ -71,7 +85,20 @@ _STORAGE_WORDS = re.compile(
     r"No space left on device|Disk quota exceeded|Read-only file system|"
     r"Permission denied|File too large|Could not resolve host|"
     r"Couldn't resolve host|Error executing an HTTP request|"
-    r"Couldn't connect to server|Timeout was reached")
+    r"Couldn't connect to server|Timeout was reached|"
+    r"Operation not permitted")
+# The ops of a step that hand it the input pipeline's next batch: an error
+# raised there was raised by the pipeline (a record, a decoder, a parser).
+_INPUT_OPS = re.compile(
+    r"^(\w+/)*(IteratorGetNext\w*|MultiDeviceIteratorGetNext\w*|"
+    r"OptionalGetValue|\w*Dataset\w*|ParseExample\w*|ParseSingleExample|"
+    r"Decode\w+)(_\d+)?$")
+# Where TensorFlow names the op that failed: in a function's graph, then eagerly.
+_FAILED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|Detected at node '?([\w/.-]+)")
+_FAILED_EAGER_OP = re.compile(r"\[Op:(\w+)")
+# A sparse loss's labels outside its classes: the data's or the config's.
+_LABEL_RANGE = re.compile(
+    r"label value of (-?\d+) which is outside the valid range of \[0, (\d+)\)")
 _PHASE_ATTRIBUTE = "_tfm_ext_phase"
 # What the phases do, as the paragraph says it.
 _DOING = {
@@ -233,7 +260,8 @@ def classify(error: BaseException) -> Optional[Failure]:
   if isinstance(error, RunFailed):
     return Failure(EXIT_DATA, _sentences(str(error), _last_checkpoint()))
   if storage_fault(error):
-    where = subject or _run.model_dir or "the model_dir"
+    where = subject or (_run.model_dir if name != "config" else "") or (
+        "a config file or input")
     if name in ("config", "model_dir"):
       return Failure(EXIT_USAGE, (
           f"{where} cannot be used: {tf_reason(error)}. Check the path, its "
@@ -244,6 +272,19 @@ def classify(error: BaseException) -> Optional[Failure]:
         f"{tf_reason(error)}.",
         _last_checkpoint(), "Free space or restore the permission, then "
         "relaunch the same command to resume."))
+  if isinstance(error, tf.errors.ResourceExhaustedError):
+    return Failure(EXIT_STORAGE, _sentences(
+        f"The run ran out of memory while {_doing(name)}: "
+        f"{tf_reason(error)}.", _last_checkpoint(), "Lower the global batch "
+        f"({_batch_field(name)}) or the model's size, or free the device's "
+        "memory, then relaunch the same command to resume."))
+  record = _model_dir_file(error) if name != "restore" else ""
+  if record:
+    return Failure(EXIT_USAGE, _sentences(
+        f"{record}, a file of --model_dir, is not what the run reads or "
+        f"writes there: {tf_reason(error)}.", _last_checkpoint(),
+        "Move it out of the model_dir (tfm_ext writes it again) and "
+        "relaunch the same command."))
   if name == "model_dir" and isinstance(error, (OSError, tf.errors.OpError)):
     return Failure(EXIT_USAGE, (
         f"--model_dir={subject or _run.model_dir!r} cannot be used: "
@@ -269,14 +310,87 @@ def classify(error: BaseException) -> Optional[Failure]:
     # collective lost past the in-process restarts (`driver.Recovery`).
     return None
   if name == "restore":
+    if isinstance(error, tf.errors.NotFoundError):
+      return Failure(EXIT_STORAGE, _sentences(
+          f"The checkpoint {subject or 'being restored'} vanished while it "
+          f"was read: {tf_reason(error)}. Another job deleted it (a "
+          "trainer's trainer.max_to_keep rotates its checkpoints).",
+          "Relaunch the same command: it reads what is there then."))
     return _does_not_fit(subject, error)
-  if name in ("build", "step", "evaluate"):
+  if name not in ("build", "step", "evaluate"):
+    return None
+  labels = _LABEL_RANGE.search(str(error))
+  if labels:
+    value, bound = labels.groups()
     return Failure(EXIT_DATA, _sentences(
-        f"The run failed on its data while {_doing(name)}: "
-        f"{tf_reason(error)}.", f"Input: {_input_pattern(name)}.",
-        _last_checkpoint(), "Fix or remove the bad input and relaunch to "
-        "resume."))
-  return None
+        f"The run failed while {_doing(name)}: a label is {value}, outside "
+        f"[0, {bound}), the classes the model has "
+        f"({_field_of_value(int(bound), 'num_classes')}). Either the data "
+        f"holds labels it should not (input: {_input_pattern(name)}) or "
+        "that field is too small for it.", _last_checkpoint(),
+        "Fix the one that is wrong and relaunch to resume."))
+  op = failing_op(error)
+  if op and not _INPUT_OPS.match(op):
+    # A kernel of the model, its loss or metrics failed on a batch the
+    # input gave it: not the data's fault, and its traceback says where.
+    return None
+  return Failure(EXIT_DATA, _sentences(
+      f"The run failed on its data while {_doing(name)}: "
+      f"{tf_reason(error)}.", f"Input: {_input_pattern(name)}.",
+      _last_checkpoint(), "Fix or remove the bad input and relaunch to "
+      "resume."))
+
+
+def failing_op(error: BaseException) -> str:
+  """The op TensorFlow says `error` was raised by, or ''."""
+  text = getattr(error, "message", None) or str(error)
+  nodes = [a or b for a, b in _FAILED_NODE.findall(text)]
+  if nodes:
+    return nodes[-1]
+  eager = _FAILED_EAGER_OP.search(text)
+  return eager.group(1) if eager else ""
+
+
+def _model_dir_file(error: BaseException) -> str:
+  """The path of the model_dir that `error` names, if it names one."""
+  if not _run.model_dir:
+    return ""
+  if not isinstance(error, (OSError, tf.errors.OpError)):
+    return ""
+  root = _run.model_dir.rstrip("/") + "/"
+  text = getattr(error, "message", None) or str(error)
+  match = re.search(re.escape(root) + r"[^\s;:'\"]+", text)
+  if not match:
+    return ""
+  task = getattr(_run.params, "task", None)
+  patterns = [getattr(getattr(task, field, None), "input_path", "") or ""
+              for field in ("train_data", "validation_data")]
+  if any(fnmatch.fnmatch(match.group(0), p) for pattern in patterns
+         for p in str(pattern).split(",") if p):
+    return ""  # An input that lives in the model_dir: the data's.
+  return match.group(0)
+
+
+def _batch_field(name: str) -> str:
+  field = "validation_data" if name == "evaluate" else "train_data"
+  return f"task.{field}.global_batch_size"
+
+
+def _field_of_value(value: int, suffix: str) -> str:
+  """The config field ending in `suffix` that holds `value`, as `f=v`."""
+  as_dict = getattr(_run.params, "as_dict", None)
+  if as_dict is None:
+    return f"*.{suffix}"
+
+  def walk(tree, prefix):
+    for key, leaf in tree.items():
+      if isinstance(leaf, dict):
+        yield from walk(leaf, f"{prefix}{key}.")
+      elif key.endswith(suffix) and leaf == value:
+        yield f"{prefix}{key}={leaf}"
+
+  found = list(walk(as_dict(), ""))
+  return found[0] if found else f"*.{suffix}"
 
 
 # Where the libraries that check the values a config passes them live.
