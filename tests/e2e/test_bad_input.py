@@ -153,3 +153,13 @@ def test_export_flags_outside_an_export_are_refused(launch_forked, tmp_path):
                       "--checkpoint_path=300", model_dir=tmp_path / "m")
   assert_clean_usage_error(run, "--checkpoint_path=300 --input_type="
                            "image_bytes: for --mode=export, not --mode=train.")
+
+
+@pytest.mark.parametrize("name, value", [("GCS_STAT_CACHE_MAX_AGE", "abc"),
+                                         ("GCS_STAT_CACHE_MAX_AGE", "-1")])
+def test_a_malformed_environment_value_is_refused(launch_forked, tmp_path,
+                                                  name, value):
+  run = launch_forked(EXP, "--mode=train", model_dir=tmp_path / "m",
+                      env={name: value})
+  assert_clean_usage_error(run, f"{name}={value!r} (in the environment)",
+                           "give a number of seconds")

@@ -37,6 +37,7 @@ import tensorflow as tf
 from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
 
 from tfm_ext.config import _types
+from tfm_ext.config import environment
 
 _FILE_SCHEME = "file://"
 _RECORD_SUFFIX = ".json"
@@ -129,7 +130,8 @@ def write_json(path: str, value: Any) -> None:
 # then reads as "File contents are inconsistent" (shorter) or cut short at
 # the old length (longer). A record that reads so is read again, once the
 # cache has aged, before it is taken for damaged.
-STALE_READ_SECONDS = float(os.environ.get("GCS_STAT_CACHE_MAX_AGE", "5")) + 1
+STALE_READ_SECONDS = environment.seconds("GCS_STAT_CACHE_MAX_AGE", 5,
+                                         zero=True) + 1
 
 
 def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True

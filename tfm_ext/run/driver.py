@@ -53,6 +53,7 @@ from tfm_ext.actions import curves
 from tfm_ext.actions import notify
 from tfm_ext.config import checks
 from tfm_ext.config import config_drift
+from tfm_ext.config import environment
 from tfm_ext.config import input_files
 from tfm_ext.config import params_file
 from tfm_ext.errors import RunFailed
@@ -106,6 +107,7 @@ class Plan:
 
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
+  environment.check()
   params = request.params
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)

@@ -45,6 +45,7 @@ from official.core import task_factory
 
 from tfm_ext import actions
 from tfm_ext.actions import console
+from tfm_ext.config import environment
 from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
 from tfm_ext.config import params_file
@@ -226,6 +227,7 @@ def main(argv) -> None:
   console.hold_log()
   failures.reset()
   with failures.boundary():
+    environment.check()
     params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
     import_registries(FLAGS.registry)
     # Before gin is parsed: stock has imported them, and a binding may name
