@@ -6,6 +6,7 @@ the buggy hook from a fresh interpreter.
 """
 
 import os
+import shutil
 import textwrap
 
 import pytest
@@ -163,3 +164,20 @@ def test_a_malformed_environment_value_is_refused(launch_forked, tmp_path,
                       env={name: value})
   assert_clean_usage_error(run, f"{name}={value!r} (in the environment)",
                            "give a number of seconds")
+
+
+@pytest.mark.parametrize("mode, name", [("train", "logs"),
+                                        ("export", "export")])
+def test_a_file_where_a_folder_of_ours_belongs_is_named(
+    launch_forked, two_checkpoints, tmp_path, mode, name):
+  model_dir = tmp_path / "m"
+  shutil.copytree(two_checkpoints, model_dir)
+  shutil.rmtree(model_dir / name, ignore_errors=True)
+  (model_dir / name).write_text("the user's")
+  run = launch_forked(EXP, f"--mode={mode}", model_dir=model_dir)
+  assert run.returncode == 2, run
+  assert "Traceback" not in run.stderr, run
+  error = [l for l in run.stderr.splitlines() if l.startswith("error: ")]
+  assert len(error) == 1 and f"{model_dir / name}, a file of --model_dir" in (
+      error[0]), run
+  assert (model_dir / name).read_text() == "the user's"

@@ -168,8 +168,10 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   """
   request = plan.request
   chief = strategies.is_chief_process()
-  # Non-chief workers keep their logs out of model_dir (absl's default dir).
-  save_log = console.log_to_files(request.model_dir if chief else None)
+  with failures.boundary(), failures.phase("model_dir", request.model_dir):
+    # Non-chief workers keep their logs out of model_dir (absl's default
+    # dir). A `logs` there that is no directory is the user's, named.
+    save_log = console.log_to_files(request.model_dir if chief else None)
   failures.set_run(log_file=logging.get_log_file_name() or "the console")
   notifier = notify.for_request(request, chief)
   summary = None
