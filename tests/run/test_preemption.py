@@ -4,8 +4,13 @@ import glob
 import os
 import re
 import signal
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
+import orbit
 import pytest
 import tensorflow as tf
 
@@ -191,3 +196,70 @@ def test_an_error_after_one_signal_is_left_as_it_is():
     with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
       os.kill(os.getpid(), signal.SIGUSR1)
       raise AttributeError("a bug keeps its traceback")
+
+
+def _endless_loop(stop=None):
+  """A traced loop of a billion steps: minutes the main thread spends in
+  TensorFlow; with `stop`, the loop `stop_within_a_step` builds."""
+  steps = tf.Variable(0, dtype=tf.int64)
+
+  def step(iterator):
+    del iterator
+    steps.assign_add(1)
+
+  loop = (preemption._while_not_stopped(step, stop) if stop is not None  # pylint: disable=protected-access
+          else orbit.utils.create_tf_while_loop_fn(step))
+  return tf.function(loop), steps
+
+
+def test_a_signal_stops_a_traced_loop_at_the_next_step():
+  # Python's handler cannot run while the loop runs: the watcher's thread
+  # reads the signal from the wakeup fd and sets the loop's stop variable.
+  with preemption.SignalWatcher(signals=(signal.SIGUSR1,)) as watcher:
+    loop, steps = _endless_loop(watcher.loop_stop())
+    loop(None, tf.constant(10))  # Traced; 10 steps.
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    start = time.monotonic()
+    loop(None, tf.constant(10**9))
+    took = time.monotonic() - start
+    assert watcher.stopping and watcher.signal_name == "SIGUSR1"
+  assert took < 5, took
+  assert 10 < int(steps.numpy()) < 10**9
+
+
+_HELD = """
+import os, signal, sys, time
+import tensorflow as tf
+from orbit import utils
+from tfm_ext.run import preemption
+steps = tf.Variable(0, dtype=tf.int64)
+loop = tf.function(utils.create_tf_while_loop_fn(
+    lambda it: steps.assign_add(1)))
+with preemption.SignalWatcher():
+  loop(None, tf.constant(1))
+  print("looping", flush=True)
+  loop(None, tf.constant(10**10))  # Reads no stop variable: hours.
+print("the loop ended", flush=True)
+"""
+
+
+def test_a_second_signal_ends_a_process_tensorflow_holds_within_seconds():
+  proc = subprocess.Popen([sys.executable, "-c", _HELD], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  assert proc.stdout.readline() == "looping\n"
+  time.sleep(0.5)
+  proc.send_signal(signal.SIGTERM)
+  time.sleep(0.3)  # Two of one kind at once would be one signal.
+  sent = time.monotonic()
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=30)
+  assert proc.returncode == 42, (out, err)
+  assert time.monotonic() - sent < 5
+  assert "the loop ended" not in out
+  said = [line for line in err.splitlines() if "SIGTERM" in line]
+  assert said == [
+      "SIGTERM received: finishing what is in flight, then exiting; a second "
+      "signal ends the job at once without saving.",
+      "aborted: a second SIGTERM: stopped at once without saving. Relaunch "
+      "the same command to resume."], err

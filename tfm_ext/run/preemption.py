@@ -27,10 +27,11 @@ What a signal does is decided here, by when it comes:
                                    thread does not take it within a second
                                    (inside TensorFlow), the watcher's thread
                                    says it and ends the process, exit 42
-    once the run's outcome is      ignored: the process is already ending
-    written                        with its exit code (Python resets its
-                                   handlers to the default while it exits,
-                                   where a signal would end it with 143)
+    once the run's outcome is      ignored (`SignalWatcher(ignore_after=
+    written                        True)`, the driver's): the process is
+                                   already ending with its exit code (Python
+                                   resets its handlers to the default as it
+                                   exits: a signal would end it with 143)
 
 Each signal is said on the console as it comes, whatever the main thread
 is doing. Python runs a signal handler only between two bytecodes of the
@@ -261,8 +262,11 @@ class SignalWatcher:
       name = signal.Signals(signum).name
       if seen == 1:
         self.received = signum
-        for stop in self._loop_stops:
-          stop.assign(True)
+        # Eagerly, also from a handler that interrupted a tf.function's
+        # tracing on the main thread.
+        with tf.init_scope():
+          for stop in self._loop_stops:
+            stop.assign(True)
         _say(f"{name} received: {self._after_first}.")
       elif seen == 2:
         self._second = signum
@@ -277,8 +281,10 @@ class SignalWatcher:
       return
     from tfm_ext.run import failures  # pylint: disable=g-import-not-at-top
     failure = failures.classify(SecondSignal(signal.Signals(signum).name))
-    _say(f"{failure.kind}: {failure.message} (TensorFlow held the main "
-         "thread: the process ends from the signal watcher.)")
+    logging.info("TensorFlow held the main thread %.0fs after a second "
+                 "signal: the signal watcher ends the process.",
+                 self.ABORT_GRACE_SECONDS)
+    _say(f"{failure.kind}: {failure.message}")
     os._exit(failure.code)  # pylint: disable=protected-access
 
 
@@ -308,7 +314,8 @@ def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
   traced loop. The step in flight ends, the loop returns, and the train
   actions run as after any loop: `SaveAndStopIfPreempted` saves at that
   step. Orbit then logs that the loop ran fewer steps than asked; that
-  warning is dropped for a stopped loop.
+  warning is dropped for a stopped loop. A loop that would start once the
+  variable is set runs nothing and returns no logs.
 
   Returns False, leaving the trainer as it is (a signal then waits for the
   loop's end), for a loop Orbit does not build: a trainer that overrides
@@ -337,7 +344,15 @@ def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
       step_fn = tf.function(step_fn)
     return _python_loop_until_stopped(step_fn, stop)
 
+  train = trainer.train
+
+  def train_unless_stopped(num_steps):
+    # A signal between two loops: the next runs no step, and returns no
+    # logs (a loop's metrics over no step would be zeros in the summaries).
+    return {} if stop.numpy() else train(num_steps)
+
   trainer.create_train_loop_fn = create_train_loop_fn
+  trainer.train = train_unless_stopped
   return True
 
 
