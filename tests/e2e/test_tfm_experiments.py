@@ -1,40 +1,41 @@
 """TFM's own registered experiments run through our launcher as through stock TFM.
 
-For each experiment of the matrix, shrunk by a YAML of `tests/e2e/tfm_configs/`
-(tiny backbones, 64x64 to 128x128 images, batches of 2) and fed the tiny
-records of `tests/tfm_experiment_data.py`:
+Each experiment of the matrix is shrunk by its YAML in `tests/e2e/tfm_configs/`
+(the smallest backbone TFM accepts, 32x32 to 128x128 images, batches of 2)
+and fed the records of `tests/tfm_experiment_data.py` (real photos):
 
   * stock TFM (`official/vision/train.py`; for DLRM
     `official/recommendation/ranking/train.py`) and our launcher each run
-    `train_and_eval` for 4 steps (loops of 2) from the same initial
-    checkpoint. TFM's train.py takes no seed, so the model is built and
-    written once (`write_initial_checkpoint`) and both read it as
-    `task.init_checkpoint` with `init_checkpoint_modules: all` (each task
-    restores the whole model from it). The augmentations TFM cannot switch
-    off change no pixel of these images, so both runs see the same batches:
-    the step-4 checkpoints (every weight and optimizer slot) and the
-    training losses TensorBoard holds must be equal bit for bit, since the
-    two run the same TensorFlow graph of the same task on the same CPU.
-    Ours writes a summary after the first step too; steps 1 and 2 average
-    to stock's step-2 value (to 1e-6: a mean of two floats);
-  * on our model_dir: a relaunch with more `train_steps` resumes at step 4;
-    `eval` and `continuous_eval` evaluate ckpt-4 and report what stock's
+    `train_and_eval` for 4 steps (loops of 2) from one initial checkpoint.
+    TFM's train.py takes no seed: the model is built and written once
+    (`write_initial_checkpoint`) and both read it as `task.init_checkpoint`
+    with `init_checkpoint_modules: all`, which restores the whole model in
+    each of these tasks. TFM's random draws are made not to matter (no
+    flips or crops, or symmetric frames; no dropout; Mask R-CNN samples all
+    its anchors, RoIs and masks: see each YAML), so the step-4 checkpoints
+    (every weight, batch-norm statistic and optimizer slot) and the
+    step-4 losses of TensorBoard's `train/` must be equal bit for bit: the
+    same graph of the same task on the same CPU. Ours also writes the first
+    step's summary, so ours at steps 1 and 2 average to stock's at step 2
+    (to 1e-6: a mean of two floats). Validation metrics at step 4 equal
+    stock's (to 1e-6: COCO's evaluator is NumPy on the same inputs);
+  * on a copy of our model_dir, a relaunch with more `train_steps` resumes
+    from step 4, and `eval` and `continuous_eval` report what stock's
     evaluation at step 4 reported;
-  * `export` writes a SavedModel whose `serving_default` takes what stock's
-    exporter (`official/vision/serving/export_saved_model.py`) takes, a
-    uint8 image batch, and answers as stock's export of the same checkpoint.
+  * our `export` takes what stock's exporter
+    (`official/vision/serving/export_saved_model.py`, run on our ckpt-4)
+    takes, a uint8 image batch, and answers as it does, to 1e-6.
 
 And every mode stock TFM's train_lib can run is one of ours.
 
-Known failures (strict xfail, see each reason): none of TFM's vision tasks
-exports as stock does yet (`--mode=export` is being rewritten on TFM's
-export modules), nor does DLRM (its model declares no inputs).
+DLRM, which TFM has no exporter for, exports its model's own inputs.
 
-What was cut, for time (the module's budget is ~5 CPU minutes; measured
-at the foot of the module docstring's test, see the commit message):
-Mask R-CNN's and DeepLab's and the video model's mode tests (resume, eval,
-continuous_eval, export) run only when `TFM_EXT_FULL_TFM_MATRIX=1`: each of
-their launches costs 20-45 CPU seconds. Their stock comparison always runs.
+Cut for time (the module may add ~5 CPU minutes to the suite): the mode
+tests (resume, eval, continuous_eval, export) of Mask R-CNN, DeepLab and
+the video model run only with `TFM_EXT_FULL_TFM_MATRIX=1`, as each of
+their launches costs 20-45 CPU seconds; their comparison with stock always
+runs. Our launches and stock's vision runs fork from one process that
+imported TensorFlow once (conftest's `run_forked`); DLRM's start afresh.
 """
 
 import dataclasses
@@ -54,6 +55,7 @@ import tensorflow as tf
 import official
 
 from conftest import REPO
+from conftest import TRAIN
 from conftest import built_once
 from conftest import numeric_tensors
 import imagenet_fixtures
@@ -167,36 +169,55 @@ def _failed(proc) -> str:
 
 
 @pytest.fixture(scope="session")
-def ours(launch_forked):
-  """`ours(experiment, mode, model_dir, override)`: our launcher's run.
+def python(run_forked):
+  """`python(experiment, argv)`: `python ARGV...` to its end.
 
-  Forked (conftest's `launch_forked`, `launchers/train.py`), but for DLRM:
-  TensorFlow Recommenders needs `tf.keras` undecided when its process
-  starts, so that one is `python -m tfm_ext` in a fresh interpreter.
+  Forked (conftest's `run_forked`: a fresh process but for the third-party
+  imports), but for DLRM: TensorFlow Recommenders needs `tf.keras`
+  undecided when its process starts, so DLRM's runs start afresh.
   """
 
-  def run(experiment: Experiment, mode: str, model_dir: str, override: str):
-    argv = [f"--experiment={experiment.name}", f"--mode={mode}",
-            f"--config_file={config_file(experiment)}",
-            f"--params_override={override}"]
+  def run(experiment: Experiment, argv) -> subprocess.CompletedProcess:
     if experiment.ranking:
-      return _run(["-m", "tfm_ext", "--registry=tfm_ext.training.ranking",
-                   "--trainer=ranking", f"--model_dir={model_dir}", *argv],
-                  _env(experiment))
-    return launch_forked("--registry=official.vision.registry_imports",
-                         *argv, model_dir=model_dir, timeout=600)
+      return _run(argv, _env(experiment))
+    return run_forked(*argv, timeout=600, env=_env(experiment))
 
   return run
 
 
-def stock(experiment: Experiment, mode: str, model_dir: str, override: str):
-  """Stock TFM's train.py in `mode`, as its README runs it."""
-  module = ("official.recommendation.ranking.train" if experiment.ranking
-            else "official.vision.train")
-  return _run(["-m", module, f"--experiment={experiment.name}",
-               f"--mode={mode}", f"--model_dir={model_dir}",
-               f"--config_file={config_file(experiment)}",
-               f"--params_override={override}"], _env(experiment))
+def _train_command(experiment: Experiment, mode: str, model_dir: str,
+                   override: str):
+  return [f"--experiment={experiment.name}", f"--mode={mode}",
+          f"--model_dir={model_dir}",
+          f"--config_file={config_file(experiment)}",
+          f"--params_override={override}"]
+
+
+@pytest.fixture(scope="session")
+def ours(python):
+  """`ours(experiment, mode, model_dir, override)`: our launcher's run."""
+
+  def run(experiment: Experiment, mode: str, model_dir: str, override: str):
+    launcher = (["-m", "tfm_ext", "--registry=tfm_ext.training.ranking",
+                 "--trainer=ranking"] if experiment.ranking else
+                [TRAIN, "--registry=official.vision.registry_imports"])
+    return python(experiment, launcher + _train_command(
+        experiment, mode, model_dir, override))
+
+  return run
+
+
+@pytest.fixture(scope="session")
+def stock(python):
+  """`stock(experiment, mode, model_dir, override)`: stock TFM's train.py."""
+
+  def run(experiment: Experiment, mode: str, model_dir: str, override: str):
+    script = (["-m", "official.recommendation.ranking.train"]
+              if experiment.ranking else [VISION_TRAIN])
+    return python(experiment, script + _train_command(
+        experiment, mode, model_dir, override))
+
+  return run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +234,7 @@ class Trained:
 
 
 @pytest.fixture(scope="session")
-def trained(tfm_data, tmp_path_factory, ours):
+def trained(tfm_data, tmp_path_factory, python, stock, ours):
   """`trained(name)`: a `Trained`, built once a session for every worker."""
 
   def build(name) -> Trained:
@@ -221,9 +242,9 @@ def trained(tfm_data, tmp_path_factory, ours):
 
     def train(path):
       init = os.path.join(path, "init", "ckpt")
-      written = _run([DATA_WRITERS, "init_checkpoint", name,
-                      config_file(experiment), overrides(experiment, tfm_data),
-                      init], _env(experiment))
+      written = python(experiment, [
+          DATA_WRITERS, "init_checkpoint", name, config_file(experiment),
+          overrides(experiment, tfm_data), init])
       assert written.returncode == 0, _failed(written)
       override = overrides(experiment, tfm_data, init_checkpoint=init)
       for run, where in ((stock, "stock"), (ours, "ours")):
@@ -294,10 +315,12 @@ def test_trains_as_stock_tfm_from_the_same_weights(trained, name):
   different = {k: float(np.max(np.abs(theirs[k] - mine[k])))
                for k in theirs if not np.array_equal(theirs[k], mine[k])}
   assert not different, sorted(different.items(), key=lambda kv: -kv[1])[:5]
-  # The weights moved: this is a comparison of training, not of init.
-  start = numeric_tensors(runs.init_checkpoint)
-  assert any(not np.array_equal(start[k], mine[k]) for k in start
-             if k in mine), "training changed no weight"
+  # The weights moved: this compares training, not initialization. (Equal
+  # after training, both started from the initial checkpoint: TFM's runs
+  # draw their own initial weights, unseeded, whenever it is not read.)
+  before = checkpoint_at(runs.ours, STEPS - 2)
+  assert any(not np.array_equal(before[k], mine[k]) for k in mine
+             if k.startswith(("model/", "backbone/"))), "no weight moved"
   # Every loss stock wrote: equal at step 4; at step 2, the mean of ours
   # at steps 1 and 2 (ours also writes the first step's).
   theirs, mine = scalars(runs.stock, "train"), scalars(runs.ours, "train")
@@ -377,19 +400,19 @@ def _serving_inputs(signature) -> Dict[str, np.ndarray]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [p for p in _mode_test_params()
                                   if p.values[0] in VISION])
-def test_export_serves_uint8_images_as_stocks_exporter(trained, ours, name,
-                                                       tmp_path):
+def test_export_serves_uint8_images_as_stocks_exporter(trained, python, ours,
+                                                       name, tmp_path):
   runs = trained(name)
   experiment = runs.experiment
   stock_dir = str(tmp_path / "stock_export")
-  proc = _run([VISION_EXPORT, f"--experiment={name}",
+  proc = python(experiment, [VISION_EXPORT, f"--experiment={name}",
                f"--export_dir={stock_dir}",
                f"--checkpoint_path={runs.ours}/ckpt-{STEPS}",
                f"--config_file={config_file(experiment)}",
                f"--params_override={runs.override()}",
                "--input_type=image_tensor",
                "--input_image_size=" + ",".join(
-                   map(str, experiment.image_size))], _env(experiment))
+                   map(str, experiment.image_size))])
   assert proc.returncode == 0, f"stock export: {_failed(proc)}"
   stock_signature = tf.saved_model.load(
       os.path.join(stock_dir, "saved_model")).signatures["serving_default"]
@@ -407,15 +430,20 @@ def test_export_serves_uint8_images_as_stocks_exporter(trained, ours, name,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="--mode=export cannot tell what TFM's "
-                   "DLRM model takes (a subclassed model declares no "
-                   "inputs) and the ranking task has no serving_inputs")
-def test_export_serves_dlrm_features(trained, ours, tmp_path):
-  served = _our_export(ours, trained("dlrm_criteo"), tmp_path)
-  outputs = served(**_serving_inputs(served))
-  for value in outputs.values():
-    assert value.shape[0] == 2
-    assert np.all(np.isfinite(value.numpy()))
+def test_export_serves_dlrm_on_criteo_rows(trained, ours, tmp_path):
+  """TFM has no exporter for ranking: ours serves the model's own inputs."""
+  runs = trained("dlrm_criteo")
+  served = _our_export(ours, runs, tmp_path)
+  with open(os.path.join(runs.data, "criteo", "val.tsv")) as f:
+    rows = np.array([line.split("\t") for line in f.read().splitlines()[:2]],
+                    dtype=np.float32)  # label, 13 dense, 3 ids
+  _, specs = served.structured_input_signature
+  outputs = served(dense_features=tf.constant(rows[:, 1:14]),
+                   sparse_features=tf.cast(rows[:, 14:],
+                                           specs["sparse_features"].dtype))
+  assert sorted(outputs) == ["outputs"]
+  assert outputs["outputs"].shape == [2]
+  assert np.all(np.isfinite(outputs["outputs"].numpy()))
 
 
 def test_every_mode_stock_tfm_runs_is_one_of_ours():
