@@ -156,8 +156,11 @@ def test_export_flags_outside_an_export_are_refused(launch_forked, tmp_path):
                            "image_bytes: for --mode=export, not --mode=train.")
 
 
-@pytest.mark.parametrize("name, value", [("GCS_STAT_CACHE_MAX_AGE", "abc"),
-                                         ("GCS_STAT_CACHE_MAX_AGE", "-1")])
+@pytest.mark.parametrize("name, value", [
+    ("GCS_STAT_CACHE_MAX_AGE", "abc"), ("GCS_STAT_CACHE_MAX_AGE", "-1"),
+    ("TFM_EXT_LEASE_STALE_SECONDS", "0"),
+    ("TFM_EXT_CLAIM_RENEW_SECONDS", "nan"),
+    ("TFM_EXT_EVALUATOR_STALE_SECONDS", "1e999")])
 def test_a_malformed_environment_value_is_refused(launch_forked, tmp_path,
                                                   name, value):
   run = launch_forked(EXP, "--mode=train", model_dir=tmp_path / "m",

@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from absl import logging
 import tensorflow as tf
 
+from tfm_ext.config import environment
 from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import claim
 
@@ -59,10 +60,8 @@ CLAIMS = "eval_claims"
 CLAIM_SETTLE_SECONDS = 1.0
 # An evaluator rewrites its claim this often while it evaluates; a claim
 # that has not changed for STALE_CLAIM_SECONDS is its dead evaluator's.
-CLAIM_RENEW_SECONDS = float(
-    os.environ.get("TFM_EXT_CLAIM_RENEW_SECONDS", "5"))
-STALE_CLAIM_SECONDS = float(
-    os.environ.get("TFM_EXT_CLAIM_STALE_SECONDS", "30"))
+CLAIM_RENEW_SECONDS = environment.seconds("TFM_EXT_CLAIM_RENEW_SECONDS", 5)
+STALE_CLAIM_SECONDS = environment.seconds("TFM_EXT_CLAIM_STALE_SECONDS", 30)
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
 _process_owner = ("", -1)
@@ -84,10 +83,10 @@ def process_owner() -> str:
   return owner
 
 PRESENCE = "evaluators"
-PRESENCE_HEARTBEAT_SECONDS = float(
-    os.environ.get("TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS", "5"))
-PRESENCE_STALE_SECONDS = float(
-    os.environ.get("TFM_EXT_EVALUATOR_STALE_SECONDS", "30"))
+PRESENCE_HEARTBEAT_SECONDS = environment.seconds(
+    "TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS", 5)
+PRESENCE_STALE_SECONDS = environment.seconds(
+    "TFM_EXT_EVALUATOR_STALE_SECONDS", 30)
 # Every presence record is padded to this many bytes (see the module).
 _PRESENCE_BYTES = 1024
 # Model dirs this process is present on, and how many `announced` blocks.

@@ -119,6 +119,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
+from tfm_ext.config import environment
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import claim
@@ -127,9 +128,8 @@ from tfm_ext.run import failures
 FILENAME = "trainer_lease.json"
 CLAIMS = "trainer_lease_claims"
 _CLAIM_SUFFIX = ".json"
-HEARTBEAT_SECONDS = float(
-    os.environ.get("TFM_EXT_LEASE_HEARTBEAT_SECONDS", "10"))
-STALE_SECONDS = float(os.environ.get("TFM_EXT_LEASE_STALE_SECONDS", "60"))
+HEARTBEAT_SECONDS = environment.seconds("TFM_EXT_LEASE_HEARTBEAT_SECONDS", 10)
+STALE_SECONDS = environment.seconds("TFM_EXT_LEASE_STALE_SECONDS", 60)
 # How often a claim with the smallest token lists the claims again.
 POLL_SECONDS = 0.2
 # How long a trainer that withdrew its claim waits to name the winner.
