@@ -12,6 +12,8 @@ every run side by side, so that runs on different days or conditions can
 be compared. `SESSIONS` lists what each mode measures: the training loops
 in interleaved pairs (`training_loops.pairs`) and, in the full run, the
 scripts of the defaults (`SCRIPTS`), each idle and with one core busy.
+`first_step.py` writes a record of its own there (`results/<date>-first-
+step.json`), rendered as the "Time to first step" table; no mode runs it.
 """
 
 import argparse
@@ -28,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
+from benchmarks import first_step
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -465,10 +468,70 @@ def render(directory: str) -> str:
   lines += _table(["run", "mode", "cores busy throughout", "session",
                    "CPU idle", "CPU loaded", "wall idle", "wall loaded",
                    "load avg", "minutes", "machine"], rows)
-  if runs:
-    lines += _details(runs[-1])
+  lines += _first_step(runs)
+  with_sessions = [run for run in runs if run.get("sessions")]
+  if with_sessions:
+    lines += _details(with_sessions[-1])
   lines += _gpu()
   return "\n".join(lines) + "\n"
+
+
+# Anchors of the time to first step, by workload (`first_step.py`).
+FIRST_STEP_ROWS = (
+    ("first-step-resnet-imagenet", "resnet_imagenet",
+     "TFM's `resnet_imagenet` (ResNet-18, 64x64 JPEG records, batch 2): "
+     "ours (`launchers/train.py`) against stock (`official.vision.train`)"),
+    ("first-step-digits-convnet", "digits_convnet",
+     "`digits_convnet`, the default experiment: ours against stock TFM's "
+     "`train_lib.run_experiment`"),
+)
+
+
+def _first_step(runs: Sequence[Dict[str, Any]]) -> List[str]:
+  """The time to first step, from the newest `first_step.py` record."""
+  lines = ["", "## Time to first step", "",
+           "`first_step.py`: fresh processes, each training one step from a "
+           "cold interpreter and exiting, ours and stock in interleaved "
+           "pairs (which runs first alternates each round). Seconds from the "
+           "spawn, CPU time (user and system, all threads) and wall time, to "
+           "the first step's line and to the exit; each cell: **median** "
+           "(interquartile range; min-max; processes). The ratio is stock's "
+           "over ours per pair: above 1 favours ours. The CPU time to the "
+           "first step decides (`verdict`, floor 1: no slower than stock).",
+           ""]
+  run = next((r for r in reversed(runs) if "first_step" in r), None)
+  if not run:
+    return lines + ["Not measured yet."]
+  record = run["first_step"]
+  stats = first_step.per_variant(record)
+  ratios = first_step.pair_ratios(record)
+  loads = [row[record["fields"].index("load_1min")]
+           for row in record["processes"]]
+  rows = []
+  for anchor, workload, claim in FIRST_STEP_ROWS:
+    if workload not in ratios:
+      rows.append([f'<a id="{anchor}"></a>{claim}', "stock/ours",
+                   *["not measured"] * len(first_step.FIGURES), ""])
+      continue
+    for i, variant in enumerate(first_step.VARIANTS):
+      rows.append([f'<a id="{anchor}"></a>{claim}' if i == 0 else "",
+                   variant, *(_fmt(stats[(workload, variant)].get(f), 1)
+                              for f in first_step.FIGURES), ""])
+    rows.append(["", "stock/ours", *(_fmt(ratios[workload].get(f))
+                                     for f in first_step.FIGURES),
+                 verdict([ratios[workload]["first_step_cpu_s"]], 1.0)])
+  rounds = len({row[0] for row in record["processes"]})
+  stopped = "" if run.get("complete", True) else " (stopped part-way)"
+  m = run["machine"]
+  return lines + _table(["workload", "", "CPU to first step (s)",
+                         "wall to first step (s)", "CPU to exit (s)",
+                         "wall to exit (s)", "CPU to first step, floor 1"],
+                        rows) + [
+                            "", f"From {_source(run)}: {rounds} rounds"
+                            f"{stopped}, {run['busy_cores_throughout']} cores "
+                            "kept busy, load average (1 min, at each spawn) "
+                            f"{_fmt(_common.spread(loads), 1, '')}; "
+                            f"{m['cpu']}, {m['cores']} cores, {m['date']}."]
 
 
 def _details(run: Dict[str, Any]) -> List[str]:

@@ -4,7 +4,8 @@ The stand-ins are tiny Python processes that burn a fixed CPU time per step
 and print `TrainProgress`-shaped lines, so that the harness's own code
 (stopping and resuming children, busy cores, windows, ratios, the results
 file and its rendering) runs in seconds; the real trainers run in
-`python benchmarks/run_all.py --smoke`.
+`python benchmarks/run_all.py --smoke` (and `first_step.py --smoke`, about
+4 minutes on 2 shared cores: not run here).
 """
 
 import json
@@ -23,6 +24,7 @@ sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
+from benchmarks import first_step
 from benchmarks import run_all
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -155,6 +157,65 @@ def test_a_row_is_missed_only_when_most_pairs_fall_short_idle_or_loaded():
                          1.0) == "within the spread"
   assert run_all.verdict([cell(1.05, 1.1), cell(0.95, 0.99)],
                          1.0) == "**missed**"
+
+
+# Burns `before` CPU seconds, says step 1 on `stream` as ours (stdout) or
+# stock's Orbit through absl (stderr) does, burns `after`, exits.
+FIRST_STEP_STAND_IN = """
+import sys, time
+before, after, stream = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+def burn(seconds):
+  end = time.process_time() + seconds
+  while time.process_time() < end:
+    pass
+burn(before)
+if stream == "stdout":
+  print("step 1/1 | loss 1.0", flush=True)
+elif stream == "stderr":
+  print("I1205 controller.py:1] train | step:      1 | steps/sec: 1.0",
+        file=sys.stderr, flush=True)
+burn(after)
+"""
+
+
+def _first_step_stand_in(before, after, stream):
+  return [sys.executable, "-c", FIRST_STEP_STAND_IN, str(before), str(after),
+          stream]
+
+
+def test_first_step_stamps_the_step_line_on_either_stream_and_renders_pairs(
+    tmp_path):
+  # Stock's stand-in burns twice ours' CPU before its step and after it.
+  record = first_step.measure({"rounds": 2}, {"digits_convnet": {
+      "ours": _first_step_stand_in(0.1, 0.1, "stdout"),
+      "stock": _first_step_stand_in(0.2, 0.2, "stderr")}})
+  rows = [dict(zip(record["fields"], row)) for row in record["processes"]]
+  # Pairs alternate which runs first.
+  assert [(r["round"], r["variant"]) for r in rows] == [
+      (0, "ours"), (0, "stock"), (1, "stock"), (1, "ours")]
+  for row in rows:
+    assert 0.1 <= row["first_step_cpu_s"] < row["exit_cpu_s"]
+    assert row["first_step_wall_s"] < row["exit_wall_s"]
+    assert 0 < row["first_step_live_threads_cpu_s"] <= row["exit_cpu_s"]
+  ratios = first_step.pair_ratios(record)["digits_convnet"]
+  assert ratios["exit_cpu_s"]["n"] == 2
+  for figure in ("first_step_cpu_s", "exit_cpu_s"):
+    assert 1.3 < ratios[figure]["median"] < 2.8
+  _common.write_json(str(tmp_path / "2026-01-01-0000-first-step.json"), {
+      "mode": "first-step", "label": "", "busy_cores_throughout": 0,
+      "machine": _common.machine(), "first_step": record})
+  text = run_all.render(str(tmp_path))
+  lines = text.splitlines()
+  at = next(i for i, line in enumerate(lines)
+            if 'id="first-step-digits-convnet"' in line)
+  assert [line.split(" | ")[1] for line in lines[at:at + 3]] == [
+      "ours", "stock", "stock/ours"]
+  assert re.search(r'id="first-step-resnet-imagenet".*not measured', text)
+
+
+def test_first_step_without_the_step_line_fails_with_the_childs_output():
+  with pytest.raises(_common.ChildFailed, match="no first step's line"):
+    first_step.time_process(_first_step_stand_in(0, 0, "neither"))
 
 
 def test_results_md_is_the_rendering_of_the_results_files():
