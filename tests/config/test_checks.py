@@ -7,6 +7,7 @@ accepted, and leaves model_dir alone. The legitimate values TFM gives a
 meaning to (validation_steps=-1, checkpoint_interval=0, ...) still pass.
 """
 
+import re
 import types
 
 import pytest
@@ -163,6 +164,11 @@ REFUSED = [
      "fraction of units dropped"),
     ("task.model.dropout_rate=half", "train", "task.model.dropout_rate='half':",
      "a number from 0 to below 1"),
+    # A size of 0 aborted inside oneDNN (exit 134), the lease left behind.
+    ("task.model.num_classes=0", "train", "task.model.num_classes=0:",
+     "a positive whole number of classes"),
+    ("task.model.num_classes=-3", "eval", "task.model.num_classes=-3:",
+     "positive"),
     # Orbit's evaluation bypasses the coordinator: an AttributeError at the
     # first evaluation, after training (stock TFM fails on an assertion).
     *((("runtime.distribution_strategy=parameter_server", mode,
@@ -315,3 +321,19 @@ def test_the_rules_cover_every_such_field_of_tfms_own_experiment(field,
   with pytest.raises(UsageError, match=f"^{field}="):
     checks.check_values(resnet(f"{field}={value}"), trains=True,
                         evaluates=True)
+
+
+def test_tfm_vision_shapes_of_zero_are_refused_and_their_defaults_pass():
+  for override, first in (
+      ("task.model.input_size=[0,224,3]", "task.model.input_size=[0, 224, 3]:"),
+      ("task.validation_data.output_size=[-1,64]",
+       "task.validation_data.output_size=[-1, 64]:")):
+    params = params_lib.build(params_lib.ConfigSources(
+        experiment="seg_deeplabv3_pascal", params_override=override))
+    with pytest.raises(UsageError, match=re.escape(first)):
+      checks.check_values(params, trains=True, evaluates=True)
+  # TFM's own defaults, -1 ("unset") in data configs included, pass.
+  for experiment in ("seg_deeplabv3_pascal", "video_classification_kinetics400",
+                     "retinanet_resnetfpn_coco", "resnet_imagenet"):
+    checks.check_values(params_lib.build(params_lib.ConfigSources(
+        experiment=experiment)), trains=True, evaluates=True)

@@ -134,6 +134,12 @@ def _at_least(minimum: int, or_null: bool = False) -> Callable[[Any], bool]:
   return lambda v: (or_null and v is None) or (_config_types.integer(v) and v >= minimum)
 
 
+def _sizes(value) -> bool:
+  """A shape: null, or a list of sizes each positive or null (any)."""
+  return value is None or (isinstance(value, (list, tuple)) and all(
+      v is None or (_config_types.integer(v) and v >= 1) for v in value))
+
+
 def _fits_int64(value) -> bool:
   """Whether every whole number in `value` (or in its list) is an int64."""
   if isinstance(value, (list, tuple)):
@@ -288,6 +294,17 @@ RULES = (
          "a positive whole number of steps"),
     Rule("*optimizer_config.warmup.*.warmup_steps", _trains,
          _at_least(0, or_null=True), "a whole number of steps, 0 or more"),
+    # A size of 0 or less aborts inside TensorFlow's native code (oneDNN:
+    # exit 134, no word, the lease left behind) where Keras does not refuse
+    # it first: the model is built in every mode.
+    # (TFM's data configs use -1 for "unset": only the model's and the
+    # shapes the input makes are checked.)
+    Rule("task.model.num_classes", _always, _at_least(1, or_null=True),
+         "a positive whole number of classes"),
+    *(Rule(field, _always, _sizes,
+           "a list of positive sizes (null for any), as [224, 224, 3]")
+      for field in ("task.model.input_size", "task.*_data.output_size",
+                    "task.*_data.feature_shape")),
     # Keras builds a Dropout layer only with a rate in [0, 1], and drops
     # every unit at 1: the model is built in every mode.
     *(Rule(field, _always, _dropout_rate,
