@@ -1,24 +1,27 @@
-"""Tiny input data in the formats TFM's vision decoders read, from real photos.
+"""Tiny input data in the formats TFM's decoders read, and initial weights.
 
-scikit-learn ships two JPEG photographs (`china.jpg`, `flower.jpg`); each
-writer below cuts small images from them and writes TFRecords of what the
-decoder of a TFM experiment reads:
+scikit-learn ships two JPEG photographs (`china.jpg`, `flower.jpg`) and the
+8x8 digits; each writer below cuts small inputs from them and writes what
+the decoder of a TFM experiment reads (tests/e2e/test_tfm_experiments.py):
 
-  * `write_classification`: ImageNet's fields (`tests/imagenet_fixtures.py`,
-    14 images of several sizes; the fixtures write them);
+  * classification: ImageNet's fields, written by `tests/imagenet_fixtures.py`;
   * `write_detection`: COCO-style tf.Examples (`tf_example_decoder.py`):
-    boxes, classes, areas, crowd flags and PNG instance masks, for
-    RetinaNet and Mask R-CNN;
+    boxes, classes, areas, crowd flags and 0/1 PNG instance masks, for
+    RetinaNet and Mask R-CNN, and COCO's JSON of the validation images;
   * `write_segmentation`: an image and its PNG class map
     (`image/segmentation/class/encoded`, 255 where unlabelled);
-  * `write_video`: tf.SequenceExamples of frames (`image/encoded` in
-    the sequence) and `clip/label/index` in the context
-    (`video_input.py`), PNG frames (`input_image_format: png`).
+  * `write_video`: tf.SequenceExamples (`video_input.py`): PNG frames
+    (`image/encoded` in the sequence; `input_image_format: png`) and
+    `clip/label/index` in the context;
+  * `write_criteo`: the TSV rows of TFM's Criteo reader, for DLRM.
 
 The images are square and mirror-symmetric left to right, so TFM's training
 augmentations that cannot be switched off by config (a video's random flip;
 a random crop of the whole frame) change no pixel: two runs that draw
 different random numbers still see the same batches.
+
+`python tests/tfm_experiment_data.py init_checkpoint ...` writes an
+experiment's freshly built model (`write_initial_checkpoint`).
 """
 
 import json
