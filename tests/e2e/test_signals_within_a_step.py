@@ -36,9 +36,9 @@ def _stderr_when(job, pattern, timeout):
   raise AssertionError(f"no {pattern!r} on stderr within {timeout}s")
 
 
-def _in_the_long_loop(start_forked, model_dir):
+def _in_the_long_loop(start_forked, model_dir, *flags):
   """A job past its one-step first loop, a few seconds into the long one."""
-  job = start_forked(*HUGE_LOOP, model_dir=model_dir)
+  job = start_forked(*HUGE_LOOP, *flags, model_dir=model_dir)
   job.wait_for_line(lambda l: l.startswith("step 1/"))
   time.sleep(3)  # About 200 steps of digits on two shared cores.
   return job
@@ -50,12 +50,14 @@ def _saved_step(model_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("sig,trainer", [
+    (signal.SIGINT, "custom"), (signal.SIGTERM, "custom"),
+    (signal.SIGHUP, "custom"), (signal.SIGTERM, "tfm_base")],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP", "tfm_base"])
 def test_a_signal_mid_loop_saves_at_the_next_step_and_exits_42(
-    start_forked, launch_forked, tmp_path, sig):
+    start_forked, launch_forked, tmp_path, sig, trainer):
   model_dir = tmp_path / "m"
-  job = _in_the_long_loop(start_forked, model_dir)
+  job = _in_the_long_loop(start_forked, model_dir, f"--trainer={trainer}")
   sent = time.monotonic()
   job.proc.send_signal(sig)
   name = signal.Signals(sig).name
@@ -81,7 +83,7 @@ def test_a_signal_mid_loop_saves_at_the_next_step_and_exits_42(
       "preempted", 42, saved)
 
   resumed = launch_forked(
-      "--experiment=digits_convnet", "--mode=train",
+      "--experiment=digits_convnet", "--mode=train", f"--trainer={trainer}",
       f"--params_override=trainer.train_steps={saved + 10},"
       "trainer.steps_per_loop=10", model_dir=model_dir)
   assert resumed.returncode == 0, resumed

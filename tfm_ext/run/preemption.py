@@ -59,6 +59,7 @@ import signal
 import sys
 import threading
 from typing import List, Optional, Sequence
+import weakref
 
 from absl import logging
 import orbit
@@ -331,7 +332,8 @@ def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
     return False
   stop = watcher.loop_stop()
   watcher.after_first(TRAINING_STOPS)
-  logging.get_absl_logger().addFilter(_StoppedLoopWarning(watcher))
+  _STOPPED_LOOP_WARNING.watchers.add(watcher)
+  logging.get_absl_logger().addFilter(_STOPPED_LOOP_WARNING)  # Once.
 
   def create_train_loop_fn():
     step_fn = trainer.train_step
@@ -370,8 +372,8 @@ def _while_not_stopped(step_fn, stop: tf.Variable):
       raise ValueError("`num_steps` should be a `tf.Tensor`: a Python value "
                        "retraces the loop.")
     done = tf.constant(0, num_steps.dtype)
-    # One read of a host variable a step: not measurable beside a step
-    # (benchmarks/RESULTS.md#default-stop-within-a-step).
+    # One read of a host variable a step: next to nothing beside a step,
+    # and the loop is Orbit's otherwise.
     while tf.logical_and(done < num_steps, tf.logical_not(stop)):
       with tf.name_scope(""):  # Ops not named "while/...", as Orbit's.
         step_fn(iterator)
@@ -400,12 +402,15 @@ def _python_loop_until_stopped(step_fn, stop: tf.Variable):
 class _StoppedLoopWarning:
   """Drops Orbit's warning of a loop short of its steps once stopping."""
 
-  def __init__(self, watcher: SignalWatcher):
-    self._watcher = watcher
+  def __init__(self):
+    self.watchers = weakref.WeakSet()
 
   def filter(self, record) -> bool:
-    return not (self._watcher.stopping and
-                "did not update `global_step`" in str(record.msg))
+    return not ("did not update `global_step`" in str(record.msg)
+                and any(w.stopping for w in list(self.watchers)))
+
+
+_STOPPED_LOOP_WARNING = _StoppedLoopWarning()
 
 
 class SaveAndStopIfPreempted:
