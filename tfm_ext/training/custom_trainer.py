@@ -6,7 +6,7 @@ then run as a graph):
 
     for each loop of `steps_per_loop` steps:               # Orbit Controller
       train_loop_begin()
-      repeat steps_per_loop times:                         # tf.while_loop
+      repeat steps_per_loop times, or until a signal:      # tf.while_loop
         train_step(iterator)
           inputs = next_train_inputs(iterator)
           strategy.run(replica_step)     # task.train_step; XLA if configured
@@ -20,6 +20,10 @@ then run as a graph):
           state = eval_reduce(state, logs)                 # task.aggregate_logs
         no batch read: raise EmptyEvaluation             # tfm_ext.training.eval_count
         logs = eval_end(state)             # -> eval actions (tfm_ext.actions)
+
+The loop itself is Orbit's, its condition also reading the stop variable
+a signal sets (`tfm_ext.run.preemption.stop_within_a_step`): a subclass
+that overrides `create_train_loop_fn` stops only at its loop's end.
 
 Override any hook in a subclass and register it with
 `@tfm_ext.register_trainer("name")`; select it with `--trainer=name`. State
