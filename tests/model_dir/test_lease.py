@@ -580,3 +580,30 @@ def test_sigkilled_trainer_relaunches_at_once_and_resumes(
   assert (summary["resumed_from_step"], summary["global_step"]) == (
       killed_at, killed_at + 10)
   assert not (model_dir / lease.FILENAME).exists()
+
+
+def test_a_wait_for_the_lease_says_so_and_ends_when_interrupted(
+    model_dir, capsys):
+  # A signal while waiting (the run's check_start raises) ends the wait at
+  # the next look, its claim withdrawn; it waited 199 s before.
+  fake = FakeTime()
+  _claim(model_dir, "f" * 16, host="vm-2", pid=200)  # Never withdraws.
+
+  class Signalled(Exception):
+    pass
+
+  def interrupt():
+    if fake.slept >= 25:
+      raise Signalled()
+
+  waiting = lease.Lease(model_dir, clock=fake.clock, monotonic=fake.clock,
+                        sleep=fake.sleep, status=_running({100, 200}),
+                        host="vm-1", pid=100, beat_in_background=False,
+                        interrupt=interrupt)
+  with pytest.raises(Signalled):
+    waiting.acquire()
+  assert fake.slept == pytest.approx(25, abs=lease.POLL_SECONDS)
+  assert _claims(model_dir) == ["f" * 16 + ".json"]  # Its own withdrawn.
+  said = [l for l in capsys.readouterr().err.splitlines()
+          if l.startswith("waiting for the trainer lease")]
+  assert [re.search(r"\((\d+)s\)", l).group(1) for l in said] == ["10", "20"]

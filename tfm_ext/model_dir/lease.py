@@ -113,6 +113,7 @@ is refused for that long (a refusal, never a takeover).
 import os
 import secrets
 import socket
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -130,6 +131,9 @@ CLAIMS = "trainer_lease_claims"
 _CLAIM_SUFFIX = ".json"
 HEARTBEAT_SECONDS = environment.seconds("TFM_EXT_LEASE_HEARTBEAT_SECONDS", 10)
 STALE_SECONDS = environment.seconds("TFM_EXT_LEASE_STALE_SECONDS", 60)
+# A trainer that waits for the lease says so after this long, then at
+# twice the time it has waited.
+SAY_WAITING_SECONDS = 10.0
 # How often a claim with the smallest token lists the claims again.
 POLL_SECONDS = 0.2
 # How long a trainer that withdrew its claim waits to name the winner.
@@ -170,6 +174,9 @@ class Lease:
       docstring.
     beat_in_background: start the heartbeat thread once acquired (tests
       call `beat` themselves).
+    interrupt: called at every look while this trainer waits for the
+      lease; what it raises (a signal came: the run's `check_start`)
+      withdraws the claim and ends the wait.
   """
 
   def __init__(self, model_dir: str, *,
@@ -183,8 +190,10 @@ class Lease:
                heartbeat_seconds: float = HEARTBEAT_SECONDS,
                stale_seconds: float = STALE_SECONDS,
                poll_seconds: float = POLL_SECONDS,
-               beat_in_background: bool = True):
+               beat_in_background: bool = True,
+               interrupt: Callable[[], None] = lambda: None):
     self.model_dir = model_dir
+    self._interrupt = interrupt
     self.path = os.path.join(model_dir, FILENAME)
     self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
     pid = os.getpid() if pid is None else pid
@@ -241,8 +250,10 @@ class Lease:
   def _contend(self) -> None:
     """Returns once this trainer's claim wins; raises `UsageError` if not."""
     waited = watched = False
-    renewed = self._monotonic()
+    renewed = started = self._monotonic()
+    say_after = SAY_WAITING_SECONDS
     while True:
+      self._interrupt()
       held, live, gone = self._look()
       if held is not None:
         raise UsageError(self._in_use_message(held))  # One took it.
@@ -269,6 +280,14 @@ class Lease:
                      "for it to withdraw.", self.model_dir,
                      self._describe(live[0]))
         waited = True
+      waiting = self._monotonic() - started
+      if waiting >= say_after:
+        message = (f"waiting for the trainer lease of {self.model_dir} "
+                   f"({waiting:.0f}s): another trainer claims it "
+                   f"({self._describe(first)})")
+        logging.warning(message)
+        print(message, file=sys.stderr, flush=True)
+        say_after = 2 * waiting
       self._sleep(self._poll_seconds)
       if self._monotonic() - renewed >= self._heartbeat_seconds:
         self._claim.renew()  # A beat: this claim's trainer still waits.

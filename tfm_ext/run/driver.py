@@ -301,7 +301,8 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
   policy = tf_keras.mixed_precision.global_policy()
   if plan.mode.trains and plan.strategy.extended.should_checkpoint:
     with failures.phase("model_dir", plan.request.model_dir):
-      held = lease.acquire(plan.request.model_dir)
+      held = lease.acquire(plan.request.model_dir,
+                           interrupt=watcher.check_start)
   try:
     parts = assembly.assemble(plan, watcher, supplied, held)
     try:
