@@ -113,6 +113,33 @@ def test_real_bug_in_a_hook_keeps_its_traceback(launch_forked, tmp_path):
   assert summary["global_step"] == 1  # The first loop (one step) ran.
 
 
+def test_a_bug_while_building_writes_the_summary_too(launch_forked, tmp_path):
+  script = tmp_path / "buggy_build.py"
+  script.write_text(textwrap.dedent("""
+      from absl import app
+      import tfm_ext
+      import tfm_ext.run.launcher
+      import registry_imports
+
+      @tfm_ext.register_trainer("buggy_build")
+      class BuggyBuild(tfm_ext.CustomTrainer):
+        def __init__(self, *args, **kwargs):
+          super().__init__(*args, **kwargs)
+          raise TypeError("missing 1 required positional argument: 'x'")
+
+      app.run(tfm_ext.run.launcher.main)
+  """))
+  run = launch_forked(EXP, "--mode=train", "--trainer=buggy_build",
+                      f"--params_override={SMOKE}", model_dir=tmp_path / "m",
+                      script=str(script))
+  assert run.returncode == 1
+  assert "Traceback" in run.stderr and "TypeError" in run.stderr, run
+  summary = run.summary()
+  assert (summary["status"], summary["exit_code"], summary["trainer"]) == (
+      "failed", 1, "buggy_build")
+  assert summary["message"].startswith("a bug: TypeError: missing 1 required")
+
+
 def test_tpu_strategy_without_address(launch_forked, tmp_path):
   run = launch_forked(EXP, "--mode=train",
                       "--params_override=runtime.distribution_strategy=tpu",

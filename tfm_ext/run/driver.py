@@ -304,7 +304,12 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
       held = lease.acquire(plan.request.model_dir,
                            interrupt=watcher.check_start)
   try:
-    parts = assembly.assemble(plan, watcher, supplied, held)
+    try:
+      parts = assembly.assemble(plan, watcher, supplied, held)
+    except Exception as e:
+      if failures.classify(e) is None and strategies.is_chief_process():
+        _record_bug(plan, e)  # While the lease is held: the summary is ours.
+      raise
     try:
       yield parts
     finally:
@@ -314,6 +319,24 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
     tf_keras.mixed_precision.set_global_policy(policy)
     if held:
       held.release()
+
+
+def _record_bug(plan: Plan, error: Exception) -> None:
+  """Writes the summary of a run a bug ended before its parts were built."""
+  request = plan.request
+  _finish(request, plan.mode, RunSummary(
+      experiment=request.experiment, mode=request.mode,
+      trainer=request.params.trainer.name, status="failed", exit_code=1,
+      message=_bug_message(error),
+      train_steps=request.params.trainer.train_steps,
+      strategy=strategies.describe_strategy(plan.strategy),
+      replicas=plan.strategy.num_replicas_in_sync,
+      wall_seconds=time.time() - request.start_time))
+
+
+def _bug_message(error: BaseException) -> str:
+  return (f"a bug: {type(error).__name__}: {failures.tf_reason(error)} (its "
+          "traceback is on the console and in the log)")
 
 
 def drive(plan: Plan, parts: assembly.Parts,
@@ -370,8 +393,7 @@ def _drive(plan: Plan, parts: assembly.Parts,
     if failure is None:  # A bug: its traceback, and a summary saying so.
       _finish(request, mode, summarize(
           plan, parts, resumes, "failed", exit_code=1,
-          message=f"a bug: {type(e).__name__}: {failures.tf_reason(e)} (its "
-                  "traceback is on the console and in the log)"))
+          message=_bug_message(e)))
       if isinstance(e, SystemExit):  # Else the process would exit with e.code.
         raise RuntimeError(f"sys.exit({e.code!r}) inside the run") from e
       raise
