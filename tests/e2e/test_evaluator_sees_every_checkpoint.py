@@ -138,6 +138,13 @@ def _check(scenario, trainer_log, evaluator_stdout, entries):
     assert live, trainer_log[-3000:]
     expected = [s for s in SAVED if s >= int(live[1])]
   assert steps == expected, (scenario, steps, expected)
+  # Its end line says what it evaluated and what no one did, and why.
+  end = re.findall(r"^continuous_eval \| .*$", evaluator_stdout, re.M)
+  assert len(end) == 1, evaluator_stdout[-3000:]
+  assert end[0].startswith(f"continuous_eval | {len(steps)} checkpoint(s) "
+                           "evaluated here, 0 by other evaluators"), end
+  assert (f"not evaluated: {len(unwatched)} missing (" in end[0]
+          and continuous_eval.UNWATCHED in end[0]) == bool(unwatched), end
   return (f"{scenario}: {len(steps)} of {len(saved)} saved checkpoints "
           f"evaluated, once each (from ckpt-{steps[0]} on), "
           f"{len(unwatched)} recorded missing")

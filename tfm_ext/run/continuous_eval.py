@@ -265,7 +265,43 @@ def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
     sleep(POLL_SECONDS)
   ledger.catch_up()
   _warn_unwatched(ledger, warned)
+  said = tally(ledger, claims.owner, seen)
+  (logging.warning if "not evaluated" in said else logging.info)("%s", said)
+  print(said, flush=True)
   return output
+
+
+def tally(ledger: "EvalLedger", owner: str, seen: Set[str]) -> str:
+  """The evaluator's end line: what it evaluated, what no one did, why.
+
+  Of the checkpoints in the ledger and those this evaluator saw listed
+  (`seen`): evaluated here or by other evaluators, and not evaluated:
+  missing, unreadable or empty, as recorded, and seen but recorded by no
+  evaluator (this one stopped first).
+  """
+  entries = list(ledger.entries.values())
+  here = sum(e["status"] == "evaluated" and e.get("evaluator") == owner
+             for e in entries)
+  others = sum(e["status"] == "evaluated" for e in entries) - here
+  not_evaluated = []
+  for status in ("missing", "unreadable", "empty"):
+    names = [e["checkpoint"] for e in entries if e["status"] == status]
+    whys = sorted({e.get("why") or "" for e in entries
+                   if e["status"] == status} - {""})
+    if names:
+      not_evaluated.append(f"{len(names)} {status} ({_ranges(names)}"
+                           + (f": {'; '.join(whys)}" if whys else "") + ")")
+  unrecorded = [os.path.basename(p) for p in seen
+                if os.path.basename(p) not in ledger.entries]
+  if unrecorded:
+    not_evaluated.append(f"{len(unrecorded)} never recorded "
+                         f"({_ranges(unrecorded)}: this evaluator stopped "
+                         "first)")
+  line = (f"continuous_eval | {here} checkpoint(s) evaluated here, {others} "
+          "by other evaluators")
+  if not_evaluated:
+    line += f" | not evaluated: {', '.join(not_evaluated)}"
+  return line
 
 
 def _warn_unwatched(ledger: "EvalLedger", warned: Set[str]) -> Set[str]:
