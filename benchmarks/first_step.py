@@ -18,14 +18,16 @@ a pair, and which of them runs first alternates round by round:
                      ours   `python launchers/train.py`
                      stock  `train_lib.run_experiment` with TFM's
                             `base_trainer.Trainer` (`training_loops.py
-                            --child=stock_tfm`, which imports this
-                            repository's registrations to find the
-                            experiment, and TFM's vision ones with them)
+                            --child=stock_tfm`): stock's loop, started as
+                            ours is (`registry_imports.py`, to find the
+                            experiment), without the vision registrations
+                            `official/vision/train.py` would import
 
 Per process, on this process's clock from the spawn: the wall time to the
 first step's line (ours prints `step 1/1 | ...` on stdout, stock's Orbit
-logs `train | step:      1 |` through absl on stderr; both streams are read
-as lines arrive) and to the exit; the child's CPU time (user and system,
+logs `train | step:      1 |` through absl on stderr, digits' stock child
+both: the first counts; both streams are read as lines arrive) and to the
+exit; the child's CPU time (user and system,
 all threads) at that line (`/proc/<pid>/stat`, which counts threads that
 already ended, at the clock's 10 ms tick) and at its exit (`os.wait4`'s
 rusage); and the CPU time of its live threads at that line as the
