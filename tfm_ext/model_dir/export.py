@@ -298,8 +298,11 @@ def _clear_leftovers(parent: str, name: str, owner: str) -> None:
   for entry in tf.io.gfile.listdir(parent):
     entry = entry.rstrip("/")
     pid = entry[len(mine):] if entry.startswith(mine) else ""
-    if entry == prefix or (pid.isdigit() and judge.gone_because(
-        {**judge.me.fields(), "pid": int(pid)})):
+    # The name holds the pid only: judged by it alone (this process's
+    # start time is not that pid's).
+    other = {**judge.me.fields(), "pid": int(pid or 0)}
+    other.pop("pid_start", None)
+    if entry == prefix or (pid.isdigit() and judge.gone_because(other)):
       tf.io.gfile.rmtree(os.path.join(parent, entry))
 
 

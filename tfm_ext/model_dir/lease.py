@@ -244,7 +244,7 @@ class Lease:
           failed="Trainer lease heartbeat failed")
     self._unfence = _files.fence(self.model_dir, self.assert_held,
                                  exempt=self.path)
-    self._unexplain = failures.explain_with(self.explain)
+    self._unexplain = failures.explain_with(self.explain, self.model_dir)
     return self
 
   def _contend(self) -> None:

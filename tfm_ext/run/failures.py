@@ -145,22 +145,25 @@ def reset() -> None:
   _run = _Run()
 
 
-def explain_with(explain: Callable[[BaseException], Optional[BaseException]]
-                 ) -> Callable[[], None]:
+def explain_with(explain: Callable[[BaseException], Optional[BaseException]],
+                 model_dir: str = "") -> Callable[[], None]:
   """`classify` asks `explain` first what an error is; returns its remover.
 
   For what the run lost and its errors only show: a trainer whose lease
   another took (`tfm_ext.model_dir.lease`) meets a `NotFoundError` where
   its save's temporary files were deleted; `explain` returns the error to
   classify instead (`LeaseLost`), or None. A `UsageError` or a second
-  signal keeps its own words.
+  signal keeps its own words. With `model_dir`, only while the run is
+  one of that model_dir (`set_run`): a process runs several (tests, a
+  notebook), and a lease lost in one explains nothing of the next.
   """
   explanations = _run.explanations
-  explanations.append(explain)
+  entry = (model_dir, explain)
+  explanations.append(entry)
 
   def remove():
-    if explain in explanations:
-      explanations.remove(explain)
+    if entry in explanations:
+      explanations.remove(entry)
   return remove
 
 
@@ -248,7 +251,9 @@ def storage_fault(error: BaseException) -> bool:
 def classify(error: BaseException) -> Optional[Failure]:
   """The `Failure` that `error` is, or None for a bug (see the module)."""
   if not isinstance(error, (UsageError, KeyboardInterrupt)):
-    for explain in list(_run.explanations):
+    for model_dir, explain in list(_run.explanations):
+      if model_dir and model_dir != _run.model_dir:
+        continue
       explained = explain(error)
       if explained is not None:
         return classify(explained)
