@@ -6,9 +6,9 @@ registry_imports`, which registers TFM's vision experiments
 and their tasks. The launcher registers the same, without a flag, but only
 where a run needs them: it names an experiment nobody else registered,
 gives gin bindings (which may name their configurables, as with stock), or
-lists what is registered (`--list`). Their import is a tenth of the
-launcher's start-up CPU, which a run of digits_convnet or of a downstream
-repository's experiment does not pay. A downstream registration of the
+lists what is registered (`--list`). A run of digits_convnet or of a
+downstream repository's experiment does not pay for their import
+(start-up against stock's: benchmarks/RESULTS.md#first-step-resnet-imagenet). A downstream registration of the
 same name comes first, as its `--registry` module is imported before.
 
 An experiment that is still unknown is looked up in TFM's source: the error
