@@ -13,14 +13,21 @@ class UsageError(Exception):
   """
 
   EXIT_CODE = 2
+  # A refused job leaves the model_dir as it found it (its log too:
+  # `tfm_ext.model_dir._files.Traces`); a job that ran first and then
+  # stopped on a usage error (an evaluator that waited in vain, a trainer
+  # that lost its lease) keeps its log.
+  refusal = True
 
 
 def no_checkpoint(model_dir: str, timeout: float) -> UsageError:
   """What an evaluator that waited `timeout` seconds for a trainer says."""
-  return UsageError(
+  error = UsageError(
       f"No checkpoint appeared in {model_dir!r} within "
       f"continuous_eval_timeout={timeout:.0f}s. Is the training job "
       "running and writing to the same --model_dir?")
+  error.refusal = False
+  return error
 
 
 class RunFailed(RuntimeError):

@@ -253,6 +253,22 @@ def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
   assert any("saves no checkpoint" in r.getMessage() for r in caplog.records)
 
 
+def test_a_task_name_says_it_chooses_no_task(caplog):
+  # A YAML's `task: {name: ...}` reads as choosing a task; in TFM the
+  # config type does, and task.name is a label of multi-task runs.
+  checks.check_values(build("task.name=nosuchtask"), trains=True,
+                      evaluates=True)
+  said = [r.getMessage() for r in caplog.records if "task.name" in
+          r.getMessage()]
+  assert said == ["task.name='nosuchtask' chooses no task: the experiment's "
+                  "task config (DigitsTaskConfig) chooses the task, "
+                  "DigitsTask; TFM reads task.name only in multi-task runs. "
+                  "To train another task, choose its --experiment."], said
+  caplog.clear()
+  checks.check_values(build(""), trains=True, evaluates=True)
+  assert not any("task.name" in r.getMessage() for r in caplog.records)
+
+
 def test_nested_metric_name_is_judged_by_its_first_part():
   params = build("trainer.best_checkpoint_eval_metric='accuracy|top1'")
   checks.check_best_checkpoint_metric(

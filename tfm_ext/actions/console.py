@@ -8,7 +8,6 @@ controller prints each of its own lines to stdout and logs it too;
 the console once.
 """
 
-import functools
 import io
 import itertools
 import os
@@ -16,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, TextIO
+from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from absl import flags as absl_flags
 from absl import logging
@@ -222,7 +221,7 @@ def _quiet_tensorflow_logger() -> None:
     tf_logger.removeHandler(handler)
 
 
-def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
+def log_to_files(model_dir: Optional[str]) -> Callable[..., List[str]]:
   """Keeps the console to progress lines and warnings; the rest goes to a file.
 
   The full absl log goes to `model_dir/logs/` (absl's default log dir when
@@ -233,11 +232,13 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
   the log goes to a local temp dir (`tfm_ext_logs_*` in `$TMPDIR`), and the
   function returned copies it into `model_dir/logs/` and deletes the temp
   dir. Call that when the job ends, however it ends (a no-op where the log
-  is already in place); what is logged after it is not kept.
+  is already in place); what is logged after it is not kept. It returns
+  the local files the log left in `model_dir` (the log and absl's link to
+  it); `keep=False` (a refused job) copies nothing into a bucket.
   """
   flags = absl_flags.FLAGS
   if flags.logtostderr or flags.alsologtostderr:
-    return lambda: None
+    return lambda keep=True: []
   log_dir = bucket_dir = None
   if model_dir:
     logs = os.path.join(model_dir, "logs")
@@ -247,16 +248,44 @@ def log_to_files(model_dir: Optional[str]) -> Callable[[], None]:
     os.makedirs(log_dir, exist_ok=True)
   handler = logging.get_absl_handler().python_handler
   held = handler.stream
+  link = os.path.join(log_dir, "tfm_ext.INFO") if log_dir else ""
+  previous = os.readlink(link) if link and os.path.islink(link) else None
   logging.get_absl_handler().use_absl_log_file("tfm_ext", log_dir)
   if isinstance(held, io.StringIO):  # `hold_log`'s records come first.
     handler.stream.write(held.getvalue())
   _quiet_tensorflow_logger()
   if not flags["stderrthreshold"].present:
     flags.stderrthreshold = "warning"
+  path = logging.get_log_file_name()
   if bucket_dir is None:
-    return lambda: None
-  return functools.partial(_copy_log, logging.get_log_file_name(), bucket_dir,
-                           temp_dir=log_dir)
+    def finish(keep=True):
+      if keep or not model_dir:
+        return []
+      if previous is None:  # absl's link to the latest log: ours.
+        return [path, link]
+      _point(link, previous)  # The log before this one's is the latest.
+      return [path]
+
+    return finish
+
+  def finish(keep=True):
+    if keep:
+      _copy_log(path, bucket_dir, temp_dir=log_dir)
+    else:
+      shutil.rmtree(log_dir, ignore_errors=True)
+    return []
+
+  return finish
+
+
+def _point(link: str, target: str) -> None:
+  """Makes `link` a symbolic link to `target`, replacing it in one step."""
+  temp = f"{link}.{os.getpid()}"
+  try:
+    os.symlink(target, temp)
+    os.replace(temp, link)
+  except OSError:
+    pass  # The link only points at a log: the logs stay.
 
 
 def _copy_log(path: str, log_dir: str, temp_dir: Optional[str] = None) -> None:

@@ -361,7 +361,27 @@ def check_values(params: config_definitions.ExperimentConfig, *,
         "what it trains is lost when it ends; give a positive number of "
         "steps to keep it.",
         _config_types.show(params.trainer.checkpoint_interval))
+  _warn_of_task_name(params.task)
   check_runtime(params.runtime)
+
+
+def _warn_of_task_name(task: config_definitions.TaskConfig) -> None:
+  """Says that `task.name` chooses no task: TFM keeps it as a label.
+
+  The experiment's task config type chooses the task (`task_factory`);
+  TFM reads `task.name` only in its multi-task runs.
+  """
+  if not getattr(task, "name", None):
+    return
+  try:
+    chosen = task_factory.get_task_cls(type(task)).__name__
+  except (KeyError, ValueError):
+    chosen = "the one its config type registers"
+  logging.warning(
+      "task.name=%r chooses no task: the experiment's task config (%s) "
+      "chooses the task, %s; TFM reads task.name only in multi-task runs. "
+      "To train another task, choose its --experiment.",
+      task.name, type(task).__name__, chosen)
 
 
 def check_runtime(runtime) -> None:

@@ -98,6 +98,56 @@ def local_path(path: str) -> Optional[str]:
   return None if "://" in path else path
 
 
+class Traces:
+  """What a job finds in a local `directory`, to take back if it is refused.
+
+  A refused job (a usage error, exit 2) leaves the model_dir as it found
+  it: a start makes a log file and directories (`logs/`, the lease's
+  claims) before some refusals can be known (an unknown model name is
+  found when the task builds it). `take_back` deletes the job's own files
+  and the empty directories it added, unless it added a record: then
+  nothing. A bucket has no directories, and its log is copied only at the
+  end: there is nothing to take back.
+  """
+
+  def __init__(self, directory: str):
+    self._local = local_path(directory)
+    self._existed = bool(self._local) and os.path.isdir(self._local)
+    self._found = set(os.listdir(self._local)) if self._existed else set()
+
+  def take_back(self, own: Sequence[str]) -> bool:
+    """Deletes `own` files and the empty directories added since; see above.
+
+    Returns whether it did: False if the job added a file that is not
+    `own` (a record), or the directory is not local.
+    """
+    if not self._local or not os.path.isdir(self._local):
+      return False
+    own = {os.path.abspath(p) for p in own if p}
+    added = [os.path.join(self._local, name)
+             for name in os.listdir(self._local) if name not in self._found]
+    files = [top for top in added if not os.path.isdir(top)] + [
+        os.path.join(root, name) for top in added
+        for root, _, names in os.walk(top) for name in names]
+    if any(os.path.abspath(f) not in own for f in files):
+      return False
+    for path in own:
+      _remove_quietly(path)
+    for top in added:
+      for root, _, _ in sorted(os.walk(top), reverse=True):
+        _remove_quietly(root, directory=True)
+    if not self._existed:
+      _remove_quietly(self._local, directory=True)
+    return True
+
+
+def _remove_quietly(path: str, directory: bool = False) -> None:
+  try:
+    (os.rmdir if directory else os.remove)(path)
+  except OSError:
+    pass  # Not empty (another job's), or gone: it is not ours to take.
+
+
 def write_text(path: str, text: str) -> None:
   """Writes `text` to `path` whole: a reader never sees it half-written.
 

@@ -151,6 +151,7 @@ _FIELDS = {"host": str, "pid": int, "token": str, "started": (int, float),
 
 class LeaseLost(UsageError):
   """This trainer no longer holds the lease of its model_dir: stop writing."""
+  refusal = False  # It ran: its log stays.
 
 
 def _utc(seconds: float) -> str:
@@ -230,8 +231,14 @@ class Lease:
     if held is not None:
       raise UsageError(self._in_use_message(held))
     self._started = self._clock()
-    tf.io.gfile.makedirs(self.claims)
-    self._claim.write()
+    try:
+      tf.io.gfile.makedirs(self.claims)
+      self._claim.write()
+    except tf.errors.NotFoundError:
+      # A refused job took back the empty directory it had made
+      # (`_files.Traces`) between the two: make it again.
+      tf.io.gfile.makedirs(self.claims)
+      self._claim.write()
     try:
       self._contend()
       self._lease.write()

@@ -58,6 +58,7 @@ from tfm_ext.config import input_files
 from tfm_ext.config import params_file
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import _files
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
@@ -169,6 +170,8 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   request = plan.request
   chief = strategies.is_chief_process()
   with failures.boundary(), failures.phase("model_dir", request.model_dir):
+    # What a refused job takes back: it leaves the model_dir as it was.
+    traces = _files.Traces(request.model_dir) if chief else None
     # Non-chief workers keep their logs out of model_dir (absl's default
     # dir). A `logs` there that is no directory is the user's, named.
     save_log = console.log_to_files(request.model_dir if chief else None)
@@ -193,8 +196,16 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   finally:
     # Every way out passes here (the exits above are SystemExit, a second
     # signal a KeyboardInterrupt); only SIGKILL skips it.
-    notify.run_ended(notifier, summary, sys.exc_info()[1])
-    save_log()
+    ended = sys.exc_info()[1]
+    notify.run_ended(notifier, summary, ended)
+    # A classified failure exits from the error boundary: the exit's
+    # context is the error.
+    refused = (isinstance(ended, SystemExit)
+               and ended.code == UsageError.EXIT_CODE and summary is None
+               and getattr(ended.__context__, "refusal", True))
+    own = save_log(keep=not refused)
+    if refused and traces:
+      traces.take_back(own)
 
 
 def _finish(request: RunRequest, mode: modes.Mode,
@@ -397,6 +408,9 @@ def _drive(plan: Plan, parts: assembly.Parts,
       if isinstance(e, SystemExit):  # Else the process would exit with e.code.
         raise RuntimeError(f"sys.exit({e.code!r}) inside the run") from e
       raise
+    if failure.code == UsageError.EXIT_CODE and not (
+        mode.trains or mode.stops_on_signal):
+      raise  # Refused: an `eval` or `export` that wrote nothing records none.
     logging.info("The run failed.", exc_info=True)  # The log file only.
     return summarize(plan, parts, resumes, "failed", failure.message,
                      exit_code=failure.code)

@@ -259,7 +259,7 @@ def classify(error: BaseException) -> Optional[Failure]:
         return classify(explained)
   name, subject = phase_of(error)
   if isinstance(error, UsageError):
-    return Failure(EXIT_USAGE, str(error))
+    return Failure(EXIT_USAGE, _without_gin_frames(str(error)))
   if isinstance(error, KeyboardInterrupt):
     return Failure(EXIT_PREEMPTED, _aborted(error), kind="aborted")
   if isinstance(error, RunFailed):
@@ -474,6 +474,12 @@ def boundary() -> Iterator[None]:
     logging.flush()
     std_logging.raiseExceptions = False
     sys.exit(failure.code)
+
+
+def _without_gin_frames(message: str) -> str:
+  """`message` less the lines gin adds where a configurable raised it."""
+  return "\n".join(line for line in message.splitlines()
+                   if not line.lstrip().startswith("In call to configurable"))
 
 
 def _sentences(*parts: str) -> str:
