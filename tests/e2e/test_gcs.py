@@ -256,7 +256,10 @@ def _launch_refused(box, tmp_path, model_dir, env=None, wrap=None):
   requests = _requests(box) - before
   print(f"{model_dir}: exit 2 after {seconds:.1f}s, {requests} requests: "
         f"{errors[0]}")
-  return errors[0], requests
+  # What it waits for, said from 10 s on, on the line before.
+  waits = [line for line in proc.stderr.splitlines()
+           if line.startswith("waiting for ")]
+  return errors[0] + "".join(f"\n(said: {line})" for line in waits), requests
 
 
 def test_a_bucket_that_does_not_exist_is_refused_at_once(gcs_box, tmp_path):
@@ -309,6 +312,8 @@ def test_a_store_that_cannot_be_reached_is_refused_in_bounded_time(
       wrap=lambda argv: gcs_box_lib.without_server(argv, answer,
                                                    str(connections)))
   assert "could not be reached within 20s" in error and "network" in error
+  assert "(said: waiting for gs://tfm-ext-test to answer (10s; at most 20s))" \
+      in error, error
   tries = len(connections.read_text().splitlines())
   print(f"{answer}: {tries} connections")
   # Backed off (at 0, 1, 3, 7, 15 s) or waiting on its one connection: a

@@ -11,6 +11,8 @@ the length, the data, a 4-byte checksum of the data):
 * a header or data that does not match its checksum: `DataLossError`
   "corrupted record at <byte>", naming no file;
 * cut exactly between two records: a shorter, valid file (nothing can tell);
+* a named pipe (FIFO): the open waits for a writer without end, and the
+  next epoch's open again (refused, as is a device or a socket);
 * a directory: `FailedPreconditionError` "<path>; Is a directory"; a file
   gone: `NotFoundError` "<path>; No such file or directory", both when the
   iterator first reaches it, which names the path.
@@ -182,6 +184,13 @@ def framing(path: str, walk: bool = True) -> Framing:
     return Framing(None, f"cannot be read: {e.strerror}")
   if stat.S_ISDIR(info.st_mode):
     return Framing(None, _DIRECTORY)
+  if not stat.S_ISREG(info.st_mode):
+    # Opening a pipe waits for its writer, without end; reading a device
+    # may not end. TensorFlow reads each file again every epoch.
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else
+            "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
+    return Framing(None, f"is {kind}, not a file: input_path takes regular "
+                   "files, which TensorFlow reads again every epoch")
   if not walk:
     return Framing(None, size=info.st_size)
   key = (local, info.st_size, info.st_mtime_ns)

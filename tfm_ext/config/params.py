@@ -101,6 +101,35 @@ def _gin(parse: Callable[[], Any], where: str) -> None:
                      f"({type(e).__name__}): {said}") from e
 
 
+def check_command_line(argv: Sequence[str],
+                       flag_values: flags.FlagValues) -> None:
+  """Refuses what absl would take silently or TensorFlow could not take.
+
+  A flag given twice (`check_repeated_flags`), and a value that is not
+  UTF-8 (bytes of another encoding reach Python as surrogate escapes):
+  TensorFlow's file systems and protos take UTF-8 only, and fail with a
+  traceback at the first use of such a path.
+
+  Raises:
+    UsageError: naming the flag and what is wrong with it.
+  """
+  for arg in argv:
+    if arg == "--":
+      break
+    try:
+      arg.encode("utf-8")
+    except UnicodeEncodeError as e:
+      name = arg.split("=", 1)[0] if arg.startswith("-") else "an argument"
+      raw = arg[e.start:e.end].encode("utf-8", "surrogateescape")
+      shown = arg.encode("utf-8", "surrogateescape").decode(
+          "utf-8", "backslashreplace")
+      raise UsageError(
+          f"{name}: '{shown:.300}' holds bytes that are not UTF-8 ({raw!r}), "
+          "and TensorFlow takes UTF-8 paths and values only. Rename the "
+          "file or directory, or give another.") from None
+  check_repeated_flags(argv, flag_values)
+
+
 def check_repeated_flags(argv: Sequence[str],
                          flag_values: flags.FlagValues) -> None:
   """Refuses a flag that takes one value and is given more than once.

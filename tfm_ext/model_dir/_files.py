@@ -98,6 +98,39 @@ def local_path(path: str) -> Optional[str]:
   return None if "://" in path else path
 
 
+def unusable_path(path: str) -> str:
+  """Why TensorFlow's file systems cannot take `path`; "" if they can.
+
+  They take UTF-8 only: a path of other bytes (which Python reads from the
+  command line as surrogate escapes) raises `UnicodeEncodeError` at the
+  first file call. On a local disk, a name longer than the file system
+  allows (`NAME_MAX`, 255 bytes on most) fails at the first write, with
+  `ENAMETOOLONG` on whichever file that is.
+  """
+  try:
+    path.encode("utf-8")
+  except UnicodeEncodeError as e:
+    raw = path[e.start:e.end].encode("utf-8", "surrogateescape")
+    return (f"its bytes {raw!r} (at character {e.start}) are not UTF-8, and "
+            "TensorFlow's file systems take UTF-8 paths only")
+  local = local_path(path)
+  if local is None:
+    return ""
+  existing = os.path.abspath(local)
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  try:
+    longest = os.pathconf(existing, "PC_NAME_MAX")
+  except (OSError, ValueError):
+    longest = 255
+  for name in local.split(os.sep):
+    size = len(name.encode("utf-8"))
+    if size > longest:
+      return (f"its name {name[:24]!r}... is {size} bytes long, and this "
+              f"file system takes at most {longest}")
+  return ""
+
+
 class Traces:
   """What a job finds in a local `directory`, to take back if it is refused.
 

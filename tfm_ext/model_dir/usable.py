@@ -4,6 +4,8 @@ Every mode writes into `model_dir` (a checkpoint, a record, a summary, the
 log), so before the first byte goes anywhere `check_usable` makes sure
 it can:
 
+* its path is one TensorFlow's file systems take (`_files.unusable_path`:
+  UTF-8, and on a local disk no name longer than the file system allows);
 * its path holds no glob metacharacter (`*`, `?`, `[`): TensorFlow's
   `CheckpointManager` and the best-checkpoint exporter delete old
   checkpoints by `glob(prefix + ".*")`, so `job[1]`'s cleanup would match
@@ -23,6 +25,7 @@ passed is not checked again in this process.
 
 import os
 import re
+import sys
 import threading
 from typing import Optional
 
@@ -37,6 +40,8 @@ GLOB_CHARACTERS = "*?["
 # 1 s to 32 s apart). 20 s lets TensorFlow retry a passing fault 4 times,
 # and leaves a user's 60 s budget room for the launcher's own start.
 STORE_TIMEOUT_SECONDS = 20.0
+# A wait longer than this says what it waits for.
+SAY_SECONDS = 10.0
 
 # Less free space than this on a local model_dir's disk cannot hold a
 # checkpoint of any model: refused before the first write.
@@ -61,6 +66,12 @@ def check_usable(model_dir: str, *,
         "TensorFlow deletes old checkpoints by a glob of their path, which "
         "would match other directories' checkpoints (for 'job[1]': job1's) "
         "and never this one's. Use a path without *, ? and [.")
+  unusable = _files.unusable_path(model_dir)
+  if unusable:
+    shown = model_dir.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "backslashreplace")
+    raise UsageError(f"--model_dir='{shown}' cannot be used: {unusable}. "
+                     "Give another path.")
   local = _files.local_path(model_dir)
   if local is not None:
     _check_local(model_dir, local)
@@ -128,7 +139,11 @@ def _check_store(model_dir: str, timeout: float) -> None:
   thread = threading.Thread(target=stat, daemon=True,
                             name="tfm_ext_model_dir_usable")
   thread.start()
-  thread.join(timeout)
+  thread.join(min(timeout, SAY_SECONDS))
+  if thread.is_alive():  # Said, as every wait of the start is.
+    print(f"waiting for {bucket or model_dir} to answer ({SAY_SECONDS:.0f}s; "
+          f"at most {timeout:.0f}s)", file=sys.stderr, flush=True)
+    thread.join(max(timeout - SAY_SECONDS, 0))
   where = f"--model_dir={model_dir!r}"
   if thread.is_alive():
     raise UsageError(
