@@ -31,7 +31,10 @@ what it holds: `run` (from the command line to an exit code), `config`
 (the operative config and its checks), `training` (the trainer, its
 registries and input), `actions` (what runs around each loop and
 evaluation), `model_dir` (every record a run keeps). Their modules may
-change between versions.
+change between versions. A change to what is stable keeps the old name
+or path working for a release, with a `DeprecationWarning` naming the new
+one: `tfm_ext.launcher` and `tfm_ext.ranking` (before 0.2.0's move into
+subpackages) go in 0.3.0. `tests/e2e/test_stable_api.py` pins all of it.
 
 The names below load on first use (PEP 562), so that `import
 tfm_ext.run.launcher` can quiet TensorFlow and pause the garbage collector
@@ -41,7 +44,7 @@ before TensorFlow loads (`tfm_ext.run._startup`).
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
