@@ -114,3 +114,14 @@ def test_registry_imports_a_downstream_repos_registrations(installed,
   assert "--registry=no_such.module cannot be imported" in missing.stderr
   assert (f"Python looked for 'no_such' in the current directory ({tmp_path}, "
           "on its path)") in missing.stderr
+  # The package is there, a module of it is misspelled: named, with the
+  # closest of its modules.
+  misspelled = subprocess.run(
+      [str(bin_dir / "tfm-ext-train"), "--registry=my_project.registry_import",
+       "--list"], capture_output=True, text=True, timeout=300, env=env,
+      cwd=tmp_path)
+  assert misspelled.returncode == 2
+  assert (f"The package my_project was found ({tmp_path / 'my_project'}), "
+          "and it has no module 'registry_import': did you mean "
+          "--registry=my_project.registry_imports?") in misspelled.stderr, (
+              misspelled.stderr)

@@ -31,8 +31,10 @@ from tfm_ext.run import _startup
 
 _startup.begin(signals=False)  # An import changes no signal handler.
 
+import difflib
 import importlib
 import os
+import pkgutil
 import sys
 
 from absl import app
@@ -207,6 +209,16 @@ def _where_python_looked(module: str, error: ImportError) -> str:
   if not isinstance(error, ModuleNotFoundError) or error.name not in (
       module, top) and not module.startswith(f"{error.name}."):
     return f" ({module} was found; one of its own imports failed.)"
+  parent, _, name = (error.name or "").rpartition(".")
+  if parent:  # The package is there; the module in it is not.
+    package = sys.modules.get(parent)
+    where = list(getattr(package, "__path__", []))
+    found = sorted(info.name for info in pkgutil.iter_modules(where))
+    close = difflib.get_close_matches(name, found, n=1)
+    return (f" The package {parent} was found ({', '.join(where)}), and it "
+            f"has no module {name!r}" + (
+                f": did you mean --registry={parent}.{close[0]}?" if close
+                else f"; its modules: {', '.join(found) or 'none'}."))
   cwd = os.getcwd()
   on_path = cwd in map(os.path.abspath, filter(None, sys.path)) or (
       "" in sys.path)
@@ -228,7 +240,7 @@ def main(argv) -> None:
   failures.reset()
   with failures.boundary():
     environment.check()
-    params_lib.check_repeated_flags(sys.argv[1:], FLAGS)
+    params_lib.check_command_line(sys.argv[1:], FLAGS)
     import_registries(FLAGS.registry)
     # Before gin is parsed: stock has imported them, and a binding may name
     # their configurables.
@@ -265,6 +277,8 @@ def _request() -> driver.RunRequest:
         f"--{m}" for m in missing) + ". (--list shows what is registered.)")
   mode = modes.get_mode(FLAGS.mode)
   model_dir = os.path.expanduser(FLAGS.model_dir)
+  # What fails from here on may be a file of it (`failures.classify`).
+  failures.set_run(model_dir=model_dir)
   # Before anything reads or writes it (an evaluator reads params.yaml).
   with failures.phase("model_dir", model_dir):
     usable.check_usable(model_dir)
