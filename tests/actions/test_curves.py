@@ -260,18 +260,32 @@ def test_no_module_imports_matplotlib_on_start_up():
           ("matplotlib", "tensorboard.backend"))], name
 
 
-def test_a_trainers_own_scalars_get_a_panel_of_their_own_when_few():
-  rows = {step: {"training_loss": 1.0 / step, "accuracy": 0.5,
-                 "validation_accuracy": 0.4, "learning_rate": 0.1,
-                 "weight_norm": 5.0 + step, "steps_per_second": 9.0}
-          for step in (1, 2, 3)}
+def test_scalars_of_other_scales_get_axes_of_their_own():
+  # The README template's case, with no best-checkpoint metric: accuracy
+  # (0-1), a weight norm (5-11) and an error rate (about 0.05) on one axis
+  # left two of them flat lines.
+  rows = {step: {"training_loss": 2.0 / step, "validation_loss": 2.2 / step,
+                 "accuracy": 0.1 * step, "validation_accuracy": 0.09 * step,
+                 "weight_norm": 5.0 + 0.6 * step,
+                 "validation_error_rate": 0.05 + 0.01 * (step % 2),
+                 "learning_rate": 1e-5 * 10 ** min(step, 4),
+                 "steps_per_second": 9.0, "best_accuracy": 0.9}
+          for step in range(1, 11)}
+  assert curves.panels(rows) == [
+      ("loss", ["loss"], False), ("accuracy", ["accuracy"], False),
+      ("weight_norm", ["weight_norm"], False),
+      ("error_rate", ["error_rate"], False),
+      # A warm-up over three orders of magnitude: a log scale.
+      ("learning_rate", ["learning_rate"], True)]
+  # Three to a row.
+  image = tf.io.decode_png(curves.draw_curves(rows)).numpy()
+  assert image.shape[:2] == (720, 1260), image.shape
+  # Alike scalars share one, the main metric first; at most four to one.
+  alike = {step: {"accuracy": 0.1 * step, "top_5_accuracy": 0.1 * step + 0.05,
+                  **{f"mine_{i}": 0.1 * step + 0.01 * i for i in range(5)}}
+           for step in range(1, 11)}
+  assert curves.panels(alike, main_metrics=["top_5_accuracy"]) == [
+      ("top_5_accuracy, accuracy, mine_0, mine_1",
+       ["top_5_accuracy", "accuracy", "mine_0", "mine_1"], False),
+      ("mine_2, mine_3, mine_4", ["mine_2", "mine_3", "mine_4"], False)]
 
-  def panels(png):
-    return tf.io.decode_png(png).numpy().shape[1] // 420
-
-  assert panels(curves.draw_curves(rows, main_metrics=["accuracy"])) == 4
-  # Without a main metric, the metrics panel takes the first four scalars.
-  assert panels(curves.draw_curves(rows)) == 3
-  many = {step: dict(values, **{f"mine_{i}": float(i) for i in range(9)})
-          for step, values in rows.items()}
-  assert panels(curves.draw_curves(many, main_metrics=["accuracy"])) == 3

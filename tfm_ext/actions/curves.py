@@ -7,10 +7,12 @@ per logged step: `step`, the training scalars under their own names
 (`training_loss`, `accuracy`, `learning_rate`...), then the validation
 scalars prefixed `validation_` (`validation_loss` stays as it is,
 `accuracy` becomes `validation_accuracy`); a cell is empty where that
-scalar was not logged at that step. `curves.png` has one figure: loss,
-the main metrics (`trainer.best_checkpoint_eval_metric`, else every other
-scalar) and the learning rate against the step, training solid, validation
-dashed with markers.
+scalar was not logged at that step. `curves.png` has one figure: every
+scalar against the step, training solid, validation dashed with markers,
+losses first, then the metrics (`trainer.best_checkpoint_eval_metric`
+first), then the learning rate; scalars of different scales on their own
+axes, and a log scale where the values span orders of magnitude
+(`panels`).
 
 Who refreshes them (`RefreshResults`, built by `refresh_actions` for the
 chief only):
@@ -57,7 +59,12 @@ TRAIN_REFRESH_SECONDS = 120.0
 EVAL_REFRESH_SECONDS = 30.0
 # Scalars kept in the CSV but not drawn.
 _NOT_DRAWN = ("steps_per_second",)
-_MAX_METRICS = 4
+# How `panels` lays the scalars out.
+SPAN_SHARE = 0.25
+LOG_SPAN = 100.0
+MAX_PANELS = 9
+_MAX_PER_PANEL = 4
+_PANELS_PER_ROW = 3
 
 Rows = Dict[int, Dict[str, float]]
 
@@ -161,17 +168,79 @@ def _csv_cell(text: str) -> str:
   return f'"{text}"' if any(c in text for c in ',"\n') else text
 
 
+def panels(rows: Rows, main_metrics: Optional[List[str]] = None
+           ) -> List[Tuple[str, List[str], bool]]:
+  """What `draw_curves` draws: `(title, scalars, log scale)` per panel.
+
+  Every scalar is drawn (by its name without `validation_`/`training_`;
+  not the speeds, nor the exporter's `best_<metric>` beside its metric):
+  losses, then `main_metrics`, the other metrics, then the learning rates.
+  Scalars of one kind share a panel only where each would fill a good part
+  of it (`_readable_together`: accuracy and an error rate of 0.05 do not;
+  two losses that fall alike do), at most `_MAX_PER_PANEL` to a panel and
+  `MAX_PANELS` panels. A panel of positive values spanning more
+  than `LOG_SPAN` is drawn on a log scale (a warm-up's learning rate, a
+  loss that falls by orders of magnitude).
+  """
+  series = _series(rows)
+  drawn = [b for b in series if b not in _NOT_DRAWN
+           and not (b.startswith("best_") and b[len("best_"):] in series)]
+  losses = [b for b in drawn if b.endswith("loss")]
+  rates = [b for b in drawn if "learning_rate" in b]
+  metrics = [b for b in drawn if b not in losses and b not in rates]
+  main = [b for b in (main_metrics or []) if b in metrics]
+  metrics = main + [b for b in metrics if b not in main]
+
+  def values(base):
+    found = [v for _, points in series[base].values() for v in points
+             if v is not None and np.isfinite(v)]
+    return np.asarray(found, dtype=float)
+
+  groups: List[List[str]] = []
+  for kind in (losses, metrics, rates):
+    mine: List[List[str]] = []
+    for base in kind:
+      fits = [g for g in mine if len(g) < _MAX_PER_PANEL
+              and _readable_together([values(b) for b in g + [base]])]
+      if fits:
+        fits[0].append(base)
+      else:
+        mine.append([base])
+    groups += mine
+  planned = []
+  for bases in groups[:MAX_PANELS]:
+    found = np.concatenate([values(b) for b in bases])
+    log = bool(found.size and found.min() > 0
+               and found.max() > LOG_SPAN * found.min())
+    title = bases[0] if len(bases) == 1 else ", ".join(bases)
+    planned.append((title, bases, log))
+  return planned
+
+
+def _readable_together(scalars: List[np.ndarray]) -> bool:
+  """Whether each scalar's own range fills `SPAN_SHARE` of their shared axis.
+
+  Accuracy (0.1 to 0.98) and an error rate (0.04 to 0.06), or a weight
+  norm (5 to 11): no, the second would be a flat line. A training and a
+  validation loss: yes.
+  """
+  found = [v for v in scalars if v.size]
+  if len(found) < 2:
+    return True
+  low = min(v.min() for v in found)
+  high = max(v.max() for v in found)
+  if high == low:
+    return True
+  return all(v.max() - v.min() >= SPAN_SHARE * (high - low) for v in found)
+
+
 def draw_curves(rows: Rows, title: str = "",
                 main_metrics: Optional[List[str]] = None) -> bytes:
-  """One PNG of loss, main metrics and learning rate against the step.
+  """One PNG of every scalar against the step, panels as `panels` says.
 
   Each panel draws a scalar's training values (solid) and validation values
   (dashed, markers), in two colours, or in the scalar's colour where a
-  panel has several. `main_metrics` (names without the
-  `validation_` prefix) picks the middle panel's scalars; by default every
-  scalar that is not a loss, the learning rate or a speed, at most 4.
-  The scalars left (a trainer's or an action's own; not the exporter's
-  `best_<metric>`), if at most 4, get a fourth panel.
+  panel has several; three panels to a row.
   """
   # Not pyplot: no global backend or figure list to change in a caller.
   # pylint: disable=g-import-not-at-top
@@ -179,28 +248,17 @@ def draw_curves(rows: Rows, title: str = "",
   from matplotlib.backends import backend_agg
   # pylint: enable=g-import-not-at-top
   series = _series(rows)
-  losses = [b for b in series if b.endswith("loss")]
-  rates = [b for b in series if "learning_rate" in b]
-  others = [b for b in series
-            if b not in losses and b not in rates and b not in _NOT_DRAWN]
-  chosen = [b for b in (main_metrics or []) if b in others]
-  metrics = chosen or others[:_MAX_METRICS]
-  # What a trainer or action adds (a norm, a rate): drawn when few.
-  rest = [b for b in others if b not in metrics
-          and b not in (f"best_{m}" for m in metrics)]
-  panels = [(name, bases) for name, bases in (
-      ("loss", losses),
-      (chosen[0] if len(chosen) == 1 else "metrics", metrics),
-      ("learning rate", rates),
-      ("other scalars", rest if len(rest) <= _MAX_METRICS else [])) if bases]
+  planned = panels(rows, main_metrics)
+  columns = min(max(len(planned), 1), _PANELS_PER_ROW)
+  lines = -(-max(len(planned), 1) // columns)
   # Fixed margins: a layout engine would double the drawing time.
-  fig = figure.Figure(figsize=(4.2 * max(len(panels), 1), 3.6), dpi=100)
-  fig.subplots_adjust(left=0.2 / max(len(panels), 1), right=0.98,
-                      bottom=0.14, top=0.84, wspace=0.3)
+  fig = figure.Figure(figsize=(4.2 * columns, 3.6 * lines), dpi=100)
+  fig.subplots_adjust(left=0.2 / columns, right=0.98,
+                      bottom=0.14 / lines, top=1 - 0.16 / lines,
+                      wspace=0.3, hspace=0.45)
   backend_agg.FigureCanvasAgg(fig)
-  for index, (name, bases) in enumerate(panels):
-    ax = fig.add_subplot(1, len(panels), index + 1)
-    lowest, highest = np.inf, -np.inf
+  for index, (name, bases, log) in enumerate(planned):
+    ax = fig.add_subplot(lines, columns, index + 1)
     for number, base in enumerate(bases):
       for role, (steps, values) in sorted(series[base].items()):
         validation = role == "validation"
@@ -210,12 +268,8 @@ def draw_curves(rows: Rows, title: str = "",
                 linestyle="--" if validation else "-",
                 marker="o" if validation else None, markersize=4,
                 label=role if len(bases) == 1 else f"{role} {base}")
-        finite = np.asarray(values)[np.isfinite(values)]
-        if finite.size:
-          lowest, highest = min(lowest, finite.min()), max(highest,
-                                                           finite.max())
-    if name == "loss" and 0 < lowest and highest > 100 * lowest:
-      ax.set_yscale("log")  # Late differences, orders of magnitude down.
+    if log:
+      ax.set_yscale("log")
     ax.set_title(name, y=1.0)  # Placed, not fitted above the ticks: faster.
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
