@@ -9,7 +9,11 @@ tests/model_dir/test_checkpointing.py). The end-to-end
 tests count the steps the evaluator evaluated against those the trainer
 saved, with the evaluator started before, with and after the trainer; the
 bucket's run through TensorFlow's own GCS client (tests/gcs_box.py), its
-stat and listing caches at their defaults.
+stat and listing caches at their defaults. An evaluator is present from its
+start, before it builds anything, and keeps up with a trainer that saves
+every second (the experiment's defaults): it evaluates every checkpoint.
+What it did not evaluate, its end line and its `eval_summary.json` say,
+and why.
 """
 
 import json
@@ -105,9 +109,10 @@ SAVED = list(range(10, 81, 10))
 EXPERIMENT = "--experiment=digits_convnet"
 
 
-def _check(scenario, trainer_log, evaluator_stdout, entries):
+def _check(scenario, trainer_log, evaluator_stdout, entries, summary):
   """Every checkpoint the trainer saved once its evaluator was present,
-  evaluated once. Returns what the note prints."""
+  evaluated once; its summary says what its end line says. Returns what
+  the note prints."""
   saved = [int(s) for s in re.findall(r"saved checkpoint to \S*ckpt-(\d+)\.",
                                       trainer_log)]
   assert saved == SAVED, trainer_log[-3000:]
@@ -145,6 +150,12 @@ def _check(scenario, trainer_log, evaluator_stdout, entries):
                            "evaluated here, 0 by other evaluators"), end
   assert (f"not evaluated: {len(unwatched)} missing (" in end[0]
           and continuous_eval.UNWATCHED in end[0]) == bool(unwatched), end
+  counted = summary["evaluations"]
+  assert counted["said"] == end[0], (counted, end)
+  assert (counted["evaluated_here"], counted["not_evaluated"],
+          counted["complete"]) == (len(steps), len(unwatched),
+                                   not unwatched), counted
+  assert [m["global_step"] for m in counted["missed"]] == unwatched, counted
   return (f"{scenario}: {len(steps)} of {len(saved)} saved checkpoints "
           f"evaluated, once each (from ckpt-{steps[0]} on), "
           f"{len(unwatched)} recorded missing")
@@ -182,7 +193,8 @@ def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
     assert evaluated.returncode == 0, evaluated
     model_dir = str(dirs[scenario])
     notes.append(_check(scenario, _local_log(model_dir), evaluated.stdout,
-                        continuous_eval.read_ledger(model_dir)))
+                        continuous_eval.read_ledger(model_dir),
+                        evaluated.summary("eval_summary.json")))
     assert not os.listdir(os.path.join(model_dir, eval_claims.PRESENCE))
   print("; ".join(notes))
 
@@ -243,7 +255,97 @@ def test_on_a_bucket_the_evaluator_sees_every_checkpoint(gcs_box, forked_in,
                       for n in gcs_box.list(f"{prefix}/{continuous_eval.LEDGER}/")
                       if n.endswith(".json")),
                      key=lambda e: e["global_step"])
-    notes.append(_check(scenario, log, stdout, entries))
+    summary = json.loads(gcs_box.read(f"{prefix}/eval_summary.json"))
+    notes.append(_check(scenario, log, stdout, entries, summary))
     assert not [n for n in gcs_box.list(f"{prefix}/{eval_claims.PRESENCE}/")
                 if n.endswith(".json")]
   print("; ".join(notes))
+
+
+def _end_line(stdout):
+  (end,) = re.findall(r"^continuous_eval \| .*$", stdout, re.M)
+  return end
+
+
+@pytest.mark.slow
+def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
+    start_forked, tmp_path):
+  # The experiment's defaults (max_to_keep 3, a checkpoint every 100 steps,
+  # one every 0.7-1.2 s here), 20 checkpoints: before, 8-12 of them were
+  # deleted unevaluated (a claim's 1 s settle for each checkpoint and a 1 s
+  # poll after each listing made the evaluator slower than its trainer),
+  # and its presence was written only once its model was built.
+  model_dir = tmp_path / "m"
+  evaluator = start_forked(EXPERIMENT, "--mode=continuous_eval",
+                           model_dir=model_dir)
+  evaluator.wait_for_line(lambda l: l.startswith("waiting up to"))
+  # Present while it waits, before it builds anything.
+  (present,) = eval_claims.live_evaluators(str(model_dir))
+  assert present["pid"] == evaluator.proc.pid, present
+  trainer = start_forked(EXPERIMENT, "--mode=train",
+                         "--params_override=trainer.train_steps=2000",
+                         model_dir=model_dir)
+  trained = trainer.finish(timeout=600)
+  assert trained.returncode == 0, trained
+  evaluated = evaluator.finish(timeout=600)
+  assert evaluated.returncode == 0, evaluated
+
+  log = _local_log(str(model_dir))
+  saved = [int(s) for s in re.findall(
+      r"saved checkpoint to \S*ckpt-(\d+)\.", log)]
+  assert saved == list(range(100, 2001, 100)), log[-3000:]
+  assert re.search(r"Evaluator \S+ is live: from ckpt-100 on", log)
+  assert "before any evaluator recorded it" not in log, log[-3000:]
+  entries = continuous_eval.read_ledger(str(model_dir))
+  assert [(e["global_step"], e["status"]) for e in entries] == [
+      (step, "evaluated") for step in saved], entries
+  end = _end_line(evaluated.stdout)
+  assert end == ("continuous_eval | 20 checkpoint(s) evaluated here, 0 by "
+                 "other evaluators"), end
+  summary = evaluated.summary("eval_summary.json")
+  assert summary["status"] == "completed", summary
+  assert summary["evaluations"] == {
+      "checkpoints": 20, "evaluated_here": 20, "evaluated_by_others": 0,
+      "not_evaluated": 0, "complete": True, "missed": [],
+      "claims_taken_over": [], "said": end}, summary
+  assert not os.listdir(model_dir / eval_claims.PRESENCE)
+
+
+def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
+    launch_forked, tmp_path):
+  # 30 checkpoints, 5 kept, no evaluator while training: 25 rotated away
+  # unevaluated; of the 5 left, one cut short.
+  model_dir = tmp_path / "m"
+  trained = launch_forked(
+      EXPERIMENT, "--mode=train",
+      "--params_override=trainer.train_steps=300,trainer.steps_per_loop=10,"
+      "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
+      "trainer.max_to_keep=5,trainer.validation_interval=1000,"
+      "trainer.validation_steps=2", model_dir=model_dir)
+  assert trained.returncode == 0, trained
+  (data,) = (model_dir / n for n in os.listdir(model_dir)
+             if n.startswith("ckpt-280.data"))
+  data.write_bytes(data.read_bytes()[:100])
+
+  evaluated = launch_forked(EXPERIMENT, "--mode=continuous_eval",
+                            model_dir=model_dir)
+  assert evaluated.returncode == 0, evaluated
+  end = _end_line(evaluated.stdout)
+  assert end.startswith(
+      "continuous_eval | 4 checkpoint(s) evaluated here, 0 by other "
+      "evaluators | not evaluated: 25 missing (ckpt-10, ckpt-20 ... ckpt-250: "
+      f"{continuous_eval.UNWATCHED}), 1 unreadable (ckpt-280: its files do "
+      "not read ("), end
+  assert end in evaluated.stderr  # The log's warning, on the console too.
+  summary = evaluated.summary("eval_summary.json")
+  assert (summary["status"], summary["exit_code"]) == ("completed", 0)
+  counted = summary["evaluations"]
+  assert counted["said"] == end
+  assert (counted["checkpoints"], counted["evaluated_here"],
+          counted["not_evaluated"], counted["complete"]) == (30, 4, 26, False)
+  missed = counted["missed"]
+  assert [(m["global_step"], m["status"]) for m in missed] == [
+      (step, "missing") for step in range(10, 251, 10)] + [
+          (280, "unreadable")], missed
+  assert all(m["why"] == continuous_eval.UNWATCHED for m in missed[:-1])
+  assert missed[-1]["why"].startswith("its files do not read ("), missed

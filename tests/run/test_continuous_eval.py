@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -195,8 +196,24 @@ def ledger_bytes(model_dir):
                                              "*"))}
 
 
+def validation_points(model_dir):
+  """step -> how many TensorBoard points `validation/` holds for it."""
+  points = {}
+  for path in glob.glob(os.path.join(model_dir, "validation", "events.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      if any(v.tag == "validation_loss" for v in event.summary.value):
+        points[event.step] = points.get(event.step, 0) + 1
+  return points
+
+
+def tree_bytes(root):
+  return {os.path.relpath(path, root): open(path, "rb").read()
+          for path in glob.glob(os.path.join(root, "**"), recursive=True)
+          if os.path.isfile(path)}
+
+
 @pytest.mark.slow
-def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
+def test_an_evaluator_continued_after_its_claim_was_taken_writes_nothing(
     start_forked, two_checkpoints, tmp_path):
   model_dir = tmp_path / "m"
   shutil.copytree(two_checkpoints, model_dir)
@@ -219,16 +236,23 @@ def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
     assert "Taking over the claim on ckpt-10" in took_over.stderr, took_over
     recorded = ledger_bytes(model_dir)
     assert sorted(recorded) == ["ckpt-10.json", "ckpt-20.json"], recorded
+    assert validation_points(model_dir) == {10: 1, 20: 1}
+    best = tree_bytes(model_dir / "best_ckpt")
   finally:
     stalled.proc.send_signal(signal.SIGCONT)
   continued = stalled.finish(timeout=180)
 
   assert continued.returncode == 0, continued
-  # It finished evaluating ckpt-10, then found the claim was not its own.
-  assert "eval @ step 10" in continued.stdout, continued
+  # It finished evaluating ckpt-10, found the claim was not its own before
+  # its first write, and wrote nothing of that evaluation: no TensorBoard
+  # point (two points for one step before), no best checkpoint, no ledger
+  # record, no result line (its batches' progress lines came before).
   assert (f"The claim on {model_dir}/ckpt-10 was taken over while this "
           "evaluator held it") in continued.stderr, continued
-  assert "eval @ step 20" not in continued.stdout  # Recorded elsewhere.
+  assert not re.search(r"^eval @ step \d+ \| (?!batch )", continued.stdout,
+                       re.M), continued
+  assert validation_points(model_dir) == {10: 1, 20: 1}
+  assert tree_bytes(model_dir / "best_ckpt") == best
   # Each checkpoint recorded once, by the evaluator that took over: not one
   # byte of the ledger rewritten, no claim left behind.
   assert ledger_bytes(model_dir) == recorded
@@ -237,3 +261,14 @@ def test_an_evaluator_continued_after_its_claim_was_taken_records_nothing(
       (10, "evaluated"), (20, "evaluated")]
   assert all(f":{other.proc.pid}:" in e["evaluator"] for e in entries)
   assert not os.listdir(model_dir / eval_claims.CLAIMS)
+  # Its end line and its summary say so; its summary holds no metrics of
+  # the evaluation it did not record.
+  (end,) = [l for l in continued.stdout.splitlines()
+            if l.startswith("continuous_eval |")]
+  assert end == ("continuous_eval | 0 checkpoint(s) evaluated here, 2 by "
+                 "other evaluators | 1 claim(s) taken over while evaluated "
+                 "here (ckpt-10: left to the evaluator that took it over)"), end
+  summary = continued.summary("eval_summary.json")
+  assert summary["eval_metrics"] == {}, summary
+  assert summary["evaluations"]["claims_taken_over"] == ["ckpt-10"], summary
+  assert summary["evaluations"]["said"] == end

@@ -8,22 +8,28 @@ leave a live claim alone. A claim and a presence (below) are records of
 `tf.io.gfile`, so they hold on a bucket.
 
 A lost claim is fenced: each claim an evaluator wins carries a token of its
-own, and before it records the checkpoint the evaluator reads the claim back
-and finds its owner and that token (`holds`). An evaluator that was
-suspended (SIGSTOP, a paused VM) longer than `STALE_CLAIM_SECONDS` while
-evaluating, whose claim another evaluator took over, then recorded and
-maybe released, finds another owner, another token, or no claim at all, and
-records nothing; nor does it renew a claim that is no longer its own. What
+own, and before each write of the checkpoint's evaluation (its best
+checkpoint, its summaries, its record) the evaluator reads the claim back
+and finds its owner and that token (`holds`, `check`). An evaluator that
+was suspended (SIGSTOP, a paused VM) longer than `STALE_CLAIM_SECONDS`
+while evaluating, whose claim another evaluator took over, then recorded
+and maybe released, finds another owner, another token, or no claim at
+all, and writes nothing more of it (`ClaimLost`); nor does it renew a claim
+that is no longer its own. Claims are won a batch at a time
+(`acquire_each`): one settle for several checkpoints. What
 stays open is the time between that read and the write it guards
 (milliseconds), as for the trainer lease (`tfm_ext.model_dir.lease`): an object store
 has no conditional write to close it.
 
-An evaluator is also present on the model_dir while it runs
+An evaluator is also present on the model_dir from its start, before it
+waits for its trainer or builds anything (`announce`), until its loop ends
 (`announced`): `model_dir/evaluators/<owner>.json`, its heartbeat rewritten
-every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops. The trainer reads
-it (`live_evaluators`) to keep the checkpoints a live evaluator has not
-evaluated yet (`tfm_ext.model_dir.retention`). A presence is live by the trainer
-lease's rule (`tfm_ext.model_dir.claim.Judge`): on the reader's machine,
+every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops (one killed, or
+stopped by a signal before its loop, leaves it: its heartbeat ages). The
+trainer reads it (`live_evaluators`) to keep the checkpoints a live
+evaluator has not evaluated yet (`tfm_ext.model_dir.retention`). A
+presence is live by the trainer lease's rule
+(`tfm_ext.model_dir.claim.Judge`): on the reader's machine,
 its process runs (whatever the clocks say); elsewhere, or stopped, its
 heartbeat is younger than `PRESENCE_STALE_SECONDS` by the reader's clock (a
 trainer reads presences once a save, with no watch of its own: the one
@@ -38,6 +44,7 @@ The renewal period and staleness may be set by the environment
 for tests and for clusters whose pauses need more room.
 """
 
+import atexit
 import contextlib
 import os
 import secrets
@@ -45,7 +52,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -89,9 +96,18 @@ PRESENCE_STALE_SECONDS = environment.seconds(
     "TFM_EXT_EVALUATOR_STALE_SECONDS", 30)
 # Every presence record is padded to this many bytes (see the module).
 _PRESENCE_BYTES = 1024
-# Model dirs this process is present on, and how many `announced` blocks.
-_present: Dict[str, int] = {}
+# The presence records of this process, by path.
+_present: Dict[str, "_Presence"] = {}
 _present_lock = threading.Lock()
+_exit_hooked = False
+
+
+class ClaimLost(Exception):
+  """The claim on a checkpoint is no longer this evaluator's (`Claims.check`).
+
+  Another evaluator took it over while this one stalled: that one
+  evaluates and records the checkpoint, this one writes nothing of it.
+  """
 
 
 class Claims:
@@ -123,21 +139,42 @@ class Claims:
                               stale_reason="not renewed for {age:.0f} s")
     # Checkpoint -> the token of this evaluator's latest claim on it.
     self._tokens: Dict[str, str] = {}
+    # Checkpoint -> its claim while `renewed` renews it.
+    self._renewing: Dict[str, claim.Record] = {}
 
   def acquire(self, checkpoint_path: str) -> bool:
     """Whether this evaluator now holds the claim on `checkpoint_path`."""
-    name = os.path.basename(checkpoint_path)
-    held = self._read(name)
-    if held is not None and held.get("owner") != self.owner:
-      gone = self._gone_because(name, held)
-      if not gone:
-        return False
-      logging.warning("Taking over the claim on %s of evaluator %s: %s.",
-                      name, held.get("owner"), gone)
-    self._tokens[name] = secrets.token_hex(8)
-    self._write(name, renewals=0)
+    return bool(self.acquire_each([checkpoint_path]))
+
+  def acquire_each(self, checkpoint_paths: Sequence[str],
+                   limit: Optional[int] = None) -> List[str]:
+    """Claims those of `checkpoint_paths` with no live claim; the won.
+
+    At most `limit` (all by default), the first in the order given. One
+    settle for them all: an evaluator behind its trainer waits
+    `CLAIM_SETTLE_SECONDS` once a batch, not once a checkpoint, and keeps
+    up with a trainer that saves every second. Each claim is won or lost as
+    `acquire` would.
+    """
+    written = []
+    for path in checkpoint_paths:
+      if limit is not None and len(written) >= limit:
+        break
+      name = os.path.basename(path)
+      held = self._read(name)
+      if held is not None and held.get("owner") != self.owner:
+        gone = self._gone_because(name, held)
+        if not gone:
+          continue
+        logging.warning("Taking over the claim on %s of evaluator %s: %s.",
+                        name, held.get("owner"), gone)
+      self._tokens[name] = secrets.token_hex(8)
+      self._write(name, renewals=0)
+      written.append(path)
+    if not written:
+      return []
     self._sleep(CLAIM_SETTLE_SECONDS)
-    return self._ours(name, self._read(name))
+    return [p for p in written if self.holds(p)]
 
   def holds(self, checkpoint_path: str) -> bool:
     """Whether the claim on `checkpoint_path` is still this evaluator's.
@@ -147,24 +184,49 @@ class Claims:
     name = os.path.basename(checkpoint_path)
     return self._ours(name, self._read(name))
 
+  def check(self, checkpoint_path: str) -> None:
+    """Raises `ClaimLost` unless the claim is still this evaluator's (`holds`).
+
+    The fence before a write the claim guards: an evaluation's export,
+    its summaries, its ledger record (`tfm_ext.run.continuous_eval`).
+    """
+    if not self.holds(checkpoint_path):
+      raise ClaimLost(checkpoint_path)
+
   @contextlib.contextmanager
-  def renewed(self, checkpoint_path: str) -> Iterator[None]:
-    """Renews the claim every `CLAIM_RENEW_SECONDS` while the block runs."""
-    name = os.path.basename(checkpoint_path)
-    record = self._record(name)
-    # One taken over while this one stalled (and maybe released since) is
-    # not ours to renew.
-    record.start_heartbeat(
-        CLAIM_RENEW_SECONDS, ours=lambda: self._ours(name, self._read(name)),
-        name=f"claim {name}", failed=f"Could not renew the claim on {name}")
+  def renewed(self, *checkpoint_paths: str) -> Iterator[None]:
+    """Renews each claim every `CLAIM_RENEW_SECONDS` while the block runs.
+
+    Or until it is released (`release`) or found no longer this
+    evaluator's: one taken over while this one stalled (and maybe released
+    since) is not its to renew.
+    """
+    names = [os.path.basename(p) for p in checkpoint_paths]
+    for name in names:
+      record = self._record(name)
+      record.start_heartbeat(
+          CLAIM_RENEW_SECONDS,
+          ours=lambda name=name: self._ours(name, self._read(name)),
+          name=f"claim {name}", failed=f"Could not renew the claim on {name}")
+      self._renewing[name] = record
     try:
       yield
     finally:
-      record.stop_heartbeat()
+      for name in names:
+        record = self._renewing.pop(name, None)
+        if record is not None:
+          record.stop_heartbeat()
 
   def release(self, checkpoint_path: str) -> None:
-    """Removes this evaluator's claim (once its ledger record is written)."""
+    """Removes this evaluator's claim (once its ledger record is written).
+
+    Its renewal stops first: a renewal after the removal would write the
+    claim back.
+    """
     name = os.path.basename(checkpoint_path)
+    record = self._renewing.pop(name, None)
+    if record is not None:
+      record.stop_heartbeat()
     if self._ours(name, self._read(name)):
       claim.remove(self._path(name))
     self._tokens.pop(name, None)
@@ -200,49 +262,130 @@ class Claims:
     self._record(name).write(renewals)
 
 
+class _Presence:
+  """A presence record of this process, and how many holds it has."""
+
+  def __init__(self, path: str, owner: str):
+    here = claim.Process.this().fields()
+    since = time.time()
+    self.path = path
+    self.record = claim.Record(path, lambda beats: {
+        "owner": owner, **here, "since": since, "beats": beats,
+        "heartbeat": time.time()}, pad_to=_PRESENCE_BYTES)
+    self.holds = 1
+    # Written by `announce`, not yet held by an `announced` block.
+    self.early = False
+    # The local directories its start made (`evaluators/`, the model_dir).
+    self._made: List[str] = []
+
+  def start(self) -> None:
+    directory = _files.local_path(os.path.dirname(self.path))
+    while directory and not os.path.isdir(directory):
+      self._made.append(directory)
+      directory = os.path.dirname(directory)
+    tf.io.gfile.makedirs(os.path.dirname(self.path))
+    self.record.write()
+    self.record.start_heartbeat(
+        PRESENCE_HEARTBEAT_SECONDS, name="presence",
+        failed=f"Could not renew this evaluator's presence {self.path}")
+
+  def end(self, tidy: bool = False) -> None:
+    """Removes the record, and with `tidy` the directories `start` made.
+
+    Those left empty: an evaluator that ends before its loop leaves no
+    trace.
+    """
+    self.record.stop_heartbeat()
+    try:
+      self.record.remove()
+    except tf.errors.OpError as e:
+      logging.warning("Could not remove this evaluator's presence %s (a "
+                      "trainer takes it for gone once its heartbeat is %.0f s "
+                      "old): %s", self.path, PRESENCE_STALE_SECONDS,
+                      str(e).splitlines()[0])
+    for directory in self._made if tidy else ():
+      try:
+        os.rmdir(directory)
+      except OSError:
+        break  # Not empty: the trainer's (or another job's) by now.
+
+
+def announce(model_dir: str, owner: Optional[str] = None) -> None:
+  """This evaluator is present on `model_dir` from now on.
+
+  An evaluator's start, before it waits for its trainer and builds its
+  task, model and datasets (the launcher's `continuous_eval`): a trainer
+  that saves meanwhile keeps each checkpoint for it
+  (`tfm_ext.model_dir.retention`), as it does once the evaluation loop
+  runs. The presence is then held by the first `announced` block of this
+  process on `model_dir` (the evaluation loop), and removed when that block
+  ends, or when the process exits before one (a run refused, failed or
+  stopped first). A second call adds nothing.
+  """
+  path = _presence_path(model_dir, owner)
+  with _present_lock:
+    if path in _present:
+      return
+    presence = _present[path] = _Presence(path, owner or process_owner())
+    presence.early = True
+  try:
+    presence.start()
+  except BaseException:
+    _let_go(presence, tidy=True)
+    raise
+  global _exit_hooked
+  if not _exit_hooked:
+    _exit_hooked = True
+    atexit.register(_end_at_exit)
+
+
 @contextlib.contextmanager
 def announced(model_dir: str, owner: Optional[str] = None) -> Iterator[None]:
   """This evaluator is present on `model_dir` while the block runs.
 
-  Writes its presence record before the block, rewrites its heartbeat every
+  Writes its presence record before the block (or takes over the one
+  `announce` wrote), rewrites its heartbeat every
   `PRESENCE_HEARTBEAT_SECONDS`, removes it after. Re-entrant: a block
   inside another of the same process and model_dir adds nothing.
   """
-  owner = owner or process_owner()
-  path = os.path.join(model_dir, PRESENCE, _file_name(owner) + ".json")
+  path = _presence_path(model_dir, owner)
   with _present_lock:
-    _present[path] = _present.get(path, 0) + 1
-    first = _present[path] == 1
-  if not first:
-    try:
-      yield
-    finally:
-      with _present_lock:
-        _present[path] -= 1
-    return
-  here = claim.Process.this().fields()
-  since = time.time()
-  record = claim.Record(path, lambda beats: {
-      "owner": owner, **here, "since": since, "beats": beats,
-      "heartbeat": time.time()}, pad_to=_PRESENCE_BYTES)
+    presence = _present.get(path)
+    new = presence is None
+    if new:
+      presence = _present[path] = _Presence(path, owner or process_owner())
+    elif presence.early:
+      presence.early = False  # `announce`'s hold is this block's now.
+    else:
+      presence.holds += 1
   try:
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    record.write()
-    record.start_heartbeat(
-        PRESENCE_HEARTBEAT_SECONDS, name="presence",
-        failed=f"Could not renew this evaluator's presence {path}")
+    if new:
+      presence.start()
     yield
   finally:
-    record.stop_heartbeat()
-    with _present_lock:
-      _present[path] -= 1
-    try:
-      record.remove()
-    except tf.errors.OpError as e:
-      logging.warning("Could not remove this evaluator's presence %s (a "
-                      "trainer takes it for gone once its heartbeat is %.0f s "
-                      "old): %s", path, PRESENCE_STALE_SECONDS,
-                      str(e).splitlines()[0])
+    _let_go(presence)
+
+
+def _let_go(presence: _Presence, tidy: bool = False) -> None:
+  """Drops one hold of `presence`; the last one removes it."""
+  with _present_lock:
+    presence.holds -= 1
+    last = presence.holds == 0
+    if last:
+      del _present[presence.path]
+  if last:
+    presence.end(tidy)
+
+
+def _end_at_exit() -> None:
+  """Removes what `announce` wrote and no `announced` block took over."""
+  for presence in [p for p in list(_present.values()) if p.early]:
+    _let_go(presence, tidy=True)
+
+
+def _presence_path(model_dir: str, owner: Optional[str]) -> str:
+  return os.path.join(model_dir, PRESENCE,
+                      _file_name(owner or process_owner()) + ".json")
 
 
 def live_evaluators(model_dir: str, clock: Callable[[], float] = time.time

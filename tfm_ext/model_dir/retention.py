@@ -25,12 +25,15 @@ What it guarantees: from the first save that finds an evaluator present
 (the trainer logs "Evaluator <owner> is live: from ckpt-<step> on"), each
 checkpoint the state file lists is deleted only once the ledger holds it,
 or beyond the bound, or once no evaluator is live; and the model_dir never
-holds more than `2 x max_to_keep` managed checkpoints. What is best
-effort: checkpoints rotated away before any evaluator was present cannot be
-evaluated (an evaluator is present from the start of its evaluation loop,
-once built: one started after the trainer finished sees the last
-`max_to_keep`), nor can those beyond the bound (an evaluator slower than
-the trainer for `max_to_keep` checkpoints in a row); a checkpoint an
+holds more than `2 x max_to_keep` managed checkpoints. An evaluator is
+present from its start, before it waits for the trainer or builds its model
+(`eval_claims.announce`): one started before its trainer is waited for from
+the trainer's first save on. What is best effort: checkpoints rotated away
+before any evaluator was present cannot be evaluated (one started after the
+trainer finished sees the last `max_to_keep`), nor can those beyond the
+bound (an evaluator slower than the trainer for `max_to_keep` checkpoints
+in a row; one claims what waits a batch at a time, and keeps up with a
+trainer that saves every second); a checkpoint an
 evaluator records in the milliseconds between the trainer's check and its
 "missing" record is recorded missing; and a trainer that has finished keeps
 what it kept, listed, until its next run's first save: it never waits for

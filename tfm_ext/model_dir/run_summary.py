@@ -108,6 +108,12 @@ class RunSummary:
   # The best checkpoint when the run ended (`tfm_ext.actions.best_checkpoint`):
   # metric, value, global_step, path; empty without one.
   best: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # A continuous_eval's count of the checkpoints it knew of, as its end line
+  # says it (`tfm_ext.run.continuous_eval.Tally.fields`): `evaluated_here`,
+  # `evaluated_by_others`, `not_evaluated` and `complete`, the `missed` ones
+  # (checkpoint, global_step, status, why), `claims_taken_over`, and the
+  # line itself (`said`); empty for the other modes.
+  evaluations: Dict[str, Any] = dataclasses.field(default_factory=dict)
   examples_per_second: Optional[float] = None
   time_to_first_step_seconds: Optional[float] = None
   wall_seconds: float = 0.0

@@ -8,35 +8,46 @@ written whole after each evaluation (an object store has no append), so a
 restarted evaluator skips it; an older evaluator's `eval_ledger.jsonl` is
 read too.
 
-While it runs, the evaluator is present on the model_dir
-(`eval_claims.announced`), and the trainer keeps each checkpoint that no
-evaluator has recorded yet past `max_to_keep`, up to `2 x max_to_keep` in all
-(`tfm_ext.model_dir.retention`). A checkpoint deleted before it was read (rotated away
-before any evaluator was present, or beyond that bound, or by a user) is
-skipped with a warning and recorded as "missing" (a trainer in mode `train`
-records those it rotated away while no evaluator was present, and the
-evaluator warns of them as it starts and ends): gone is decided by listing
-its files, which an object store answers fresh, not by a stat that TF's GCS
-client may answer from its cache. A restore that fails while the files are
-there is tried again for `_files.STALE_READ_SECONDS` (an object rewritten by
-another process reads inconsistent until TF's stat cache ages; a server
-that did not answer); one that still fails is "unreadable" (cut short,
-zeroed). Neither is looked for again. One
-whose evaluation read no batch (`tfm_ext.training.eval_count.EmptyEvaluation`: a
-validation set smaller than one batch with `drop_remainder`, an empty file)
-is recorded as "empty", without metrics and never ranked, with a warning
-that says why; the evaluator goes on.
+The evaluator is present on the model_dir from its start, before it waits
+for its trainer or builds anything (`eval_claims.announce`, in the
+launcher), until its loop ends (`eval_claims.announced`); the trainer keeps
+each checkpoint that no evaluator has recorded yet past `max_to_keep`, up to
+`2 x max_to_keep` in all (`tfm_ext.model_dir.retention`). A checkpoint
+deleted before it was read (rotated away before any evaluator was present,
+or beyond that bound, or by a user) is skipped with a warning and recorded
+as "missing" (a trainer in mode `train` records those it rotated away while
+no evaluator was present, and the evaluator warns of them as it starts and
+ends): gone is decided by listing its files, which an object store answers
+fresh, not by a stat that TF's GCS client may answer from its cache. A
+restore that fails while the files are there is tried again for
+`_files.STALE_READ_SECONDS` (an object rewritten by another process reads
+inconsistent until TF's stat cache ages; a server that did not answer); one
+that still fails is "unreadable" (cut short, zeroed). Neither is looked for
+again. One whose evaluation read no batch
+(`tfm_ext.training.eval_count.EmptyEvaluation`: a validation set smaller
+than one batch with `drop_remainder`, an empty file) is recorded as
+"empty", without metrics and never ranked, with a warning that says why;
+the evaluator goes on. Each record that is not "evaluated" says why.
 
 Several evaluators may share a model_dir: before evaluating a checkpoint an
 evaluator claims it (`eval_claims.Claims`,
 `model_dir/eval_claims/<checkpoint>.json`), and the others leave it alone
-while the claim is renewed. An evaluator that died holding a claim stops
+while the claim is renewed. Each round claims this evaluator's share of
+what is waiting in one settle, so that an evaluator keeps up with a trainer
+that saves every second. An evaluator that died holding a claim stops
 renewing it; the claim is taken over once it has not changed for
 `eval_claims.STALE_CLAIM_SECONDS` (at once, on the same host, when the
-claimant's process is gone). An evaluator records a checkpoint only if the
-claim is still its own when it writes the record (`Claims.holds`): one that
-was suspended past that time, its claim taken over, evaluates on but
-records nothing, with a warning.
+claimant's process is gone). Every write of an evaluation is fenced by its
+claim (`Claims.check`): before the evaluator's `eval_end` (where TFM's
+trainer exports the best checkpoint), before Orbit writes the validation
+summaries and before the ledger record. One that was suspended past that
+time, its claim taken over, writes nothing of that evaluation, with a
+warning: no best checkpoint, TensorBoard point, progress line or record.
+
+However it ends, the evaluator says what became of the checkpoints it knew
+of in one end line, and its run summary's `evaluations` holds the same
+count (`Tally`): evaluated here, by other evaluators, and each one not
+evaluated, with its status and why.
 
 A training mode that finishes writes `model_dir/training_complete.json`
 (`tfm_ext.model_dir.run_summary`); the evaluator stops as soon as the checkpoint at
@@ -51,9 +62,12 @@ evaluation completed and was recorded. So does a ledger record that is not
 whole (skipped with a warning).
 """
 
+import contextlib
+import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Set, Tuple)
 
 from absl import logging
 import orbit
@@ -184,8 +198,8 @@ class EvalLedger:
 
   def record(self, checkpoint_path: str, status: str,
              metrics: Optional[Mapping[str, float]] = None,
-             evaluator: str = "") -> None:
-    entry = _entry(checkpoint_path, status, metrics or {}, evaluator)
+             evaluator: str = "", why: str = "") -> None:
+    entry = _entry(checkpoint_path, status, metrics or {}, evaluator, why)
     _files.write_record(self.directory, entry["checkpoint"], entry)
     self.entries[entry["checkpoint"]] = entry
 
@@ -198,64 +212,95 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
                           eval_steps: int, train_steps: int, timeout: float,
                           should_stop: Callable[[], bool] = lambda: False,
                           clock: Callable[[], float] = time.monotonic,
-                          sleep: Callable[[float], None] = time.sleep):
+                          sleep: Callable[[float], None] = time.sleep,
+                          evaluations: Optional[Dict[str, Any]] = None):
   """Evaluates each new checkpoint once; returns the last eval output.
 
   Once among all the evaluators of `model_dir`: each skips what the ledger
   holds or another has claimed (see the module docstring). Raises
   `UsageError` when no checkpoint appears within `timeout` seconds.
   `should_stop` is polled between evaluations (a preemption signal).
+  However it ends, it prints its end line (`Tally.line`) and fills
+  `evaluations` with the same count (`Tally.fields`: the run summary's).
   """
   claims = eval_claims.Claims(model_dir, clock=clock, sleep=sleep)
-  # Present before the first listing: what the trainer rotates away from
-  # now on waits for this evaluator (see the module docstring).
+  # Present before the first listing (from the launcher's start on:
+  # `eval_claims.announce`): what the trainer rotates away from then on
+  # waits for this evaluator (see the module docstring).
   with eval_claims.announced(model_dir, claims.owner):
-    return _evaluate_each(controller, claims, model_dir, eval_steps,
-                          train_steps, timeout, should_stop, clock, sleep)
+    ledger = EvalLedger(model_dir)
+    done = _Done(warned=_warn_unwatched(ledger, set()))
+    ended = False
+    try:
+      output = _evaluate_each(controller, claims, ledger, done, model_dir,
+                              eval_steps, train_steps, timeout, should_stop,
+                              clock, sleep)
+      ended = True
+      return output
+    finally:
+      if ended:  # Else no more reads: what it knows is what it says.
+        ledger.catch_up()
+        _warn_unwatched(ledger, done.warned)
+      tally = Tally.of(ledger.entries.values(), claims.owner, done.seen,
+                       done.listed, done.lost)
+      said = tally.line()
+      (logging.warning if tally.missed else logging.info)("%s", said)
+      print(said, flush=True)
+      if evaluations is not None:
+        evaluations.clear()
+        evaluations.update(tally.fields())
 
 
-def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
-                   timeout, should_stop, clock, sleep):
-  """`evaluate_continuously`, once this evaluator is present."""
-  ledger = EvalLedger(model_dir)
-  warned = _warn_unwatched(ledger, set())
-  seen = set()
+@dataclasses.dataclass
+class _Done:
+  """What one evaluator has met: checkpoints listed, claims lost, warned."""
+  warned: Set[str]
+  seen: Set[str] = dataclasses.field(default_factory=set)
+  listed: List[str] = dataclasses.field(default_factory=list)  # The last.
+  lost: List[str] = dataclasses.field(default_factory=list)
+
+
+# At most this many claims held at once, each renewed (a write every
+# `eval_claims.CLAIM_RENEW_SECONDS`) while it waits for its evaluation.
+CLAIMED_AHEAD = 8
+
+
+def _evaluate_each(controller, claims, ledger, done, model_dir, eval_steps,
+                   train_steps, timeout, should_stop, clock, sleep):
+  """`evaluate_continuously`, once this evaluator is present.
+
+  Each round claims this evaluator's share of what no evaluator has
+  recorded (`_share`), in one settle (`Claims.acquire_each`), evaluates
+  it oldest first, and lists again at once: a trainer that saves every
+  second is kept up with. It sleeps `POLL_SECONDS` only after a round that
+  found nothing to evaluate.
+  """
   last_new = clock()
   output = None
   while not should_stop():
-    listed = listed_checkpoints(model_dir)
-    for path in listed:
-      if path not in seen:
-        seen.add(path)
-        last_new = clock()
-      if (path in ledger or should_stop() or ledger.recorded_elsewhere(path)
-          or not claims.acquire(path)):
-        continue
+    listed = done.listed = listed_checkpoints(model_dir)
+    if set(listed) - done.seen:
+      done.seen.update(listed)
+      last_new = clock()
+    ledger.catch_up()
+    todo = [path for path in listed if path not in ledger]
+    won = (claims.acquire_each(todo, limit=_share(len(todo), model_dir))
+           if todo and not should_stop() else [])
+    with claims.renewed(*won):
       try:
-        # Another evaluator may have recorded it and let its claim go
-        # between the ledger read above and this claim.
-        if ledger.recorded_elsewhere(path):
-          continue
-        with claims.renewed(path):
-          status = _restore(controller, path, sleep)
-          logs = None
-          if status is None:
-            logs, status = _evaluate(controller, eval_steps, path)
-            output = logs or output
-        last_new = clock()  # A long evaluation is not idle time.
-        if not claims.holds(path):
-          logging.warning(
-              "The claim on %s was taken over while this evaluator held it "
-              "(suspended for over %.0f s?): the evaluator that took it "
-              "over records it, this one does not.", path,
-              eval_claims.STALE_CLAIM_SECONDS)
-          continue
-        ledger.record(path, status, console.scalars(logs or {}),
-                      evaluator=claims.owner)
+        for path in won:
+          if should_stop():
+            break
+          output = _evaluate_one(controller, claims, ledger, done, path,
+                                 eval_steps, sleep) or output
+          last_new = clock()  # A long evaluation is not idle time.
       finally:
-        claims.release(path)
+        for path in won:
+          claims.release(path)
     if _finished(model_dir, ledger, train_steps, listed):
       break
+    if won:
+      continue
     waited = clock() - last_new
     if waited > timeout:
       if not ledger.entries:
@@ -263,45 +308,137 @@ def _evaluate_each(controller, claims, model_dir, eval_steps, train_steps,
       logging.warning("No new checkpoint for %.0f s; stopping.", waited)
       break
     sleep(POLL_SECONDS)
-  ledger.catch_up()
-  _warn_unwatched(ledger, warned)
-  said = tally(ledger, claims.owner, seen)
-  (logging.warning if "not evaluated" in said else logging.info)("%s", said)
-  print(said, flush=True)
   return output
 
 
-def tally(ledger: "EvalLedger", owner: str, seen: Set[str]) -> str:
-  """The evaluator's end line: what it evaluated, what no one did, why.
+def _share(waiting: int, model_dir: str) -> int:
+  """How many of `waiting` checkpoints this evaluator claims in one round.
 
-  Of the checkpoints in the ledger and those this evaluator saw listed
-  (`seen`): evaluated here or by other evaluators, and not evaluated:
-  missing, unreadable or empty, as recorded, and seen but recorded by no
-  evaluator (this one stopped first).
+  Its share among the evaluators present on `model_dir`, so that a second
+  evaluator finds work, at most `CLAIMED_AHEAD`.
   """
-  entries = list(ledger.entries.values())
-  here = sum(e["status"] == "evaluated" and e.get("evaluator") == owner
-             for e in entries)
-  others = sum(e["status"] == "evaluated" for e in entries) - here
-  not_evaluated = []
-  for status in ("missing", "unreadable", "empty"):
-    names = [e["checkpoint"] for e in entries if e["status"] == status]
-    whys = sorted({e.get("why") or "" for e in entries
-                   if e["status"] == status} - {""})
-    if names:
-      not_evaluated.append(f"{len(names)} {status} ({_ranges(names)}"
+  if waiting <= 1:
+    return waiting
+  present = max(len(eval_claims.live_evaluators(model_dir)), 1)
+  return min(-(-waiting // present), CLAIMED_AHEAD)
+
+
+def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
+  """Evaluates and records `path`, claimed; its eval output, or None.
+
+  Each write is fenced by the claim (`Claims.check`): one taken over
+  while this evaluator evaluated (it was suspended past
+  `eval_claims.STALE_CLAIM_SECONDS`) is left to the evaluator that took
+  it over, with a warning, and nothing of this evaluation is written.
+  """
+  # Another evaluator may have recorded it and let its claim go between
+  # the ledger read and this claim.
+  if ledger.recorded_elsewhere(path):
+    return None
+  try:
+    logs, status, why = None, *_restore(controller, path, sleep)
+    if status is None:
+      logs, status, why = _evaluate(controller, claims, eval_steps, path)
+    claims.check(path)
+    ledger.record(path, status, console.scalars(logs or {}),
+                  evaluator=claims.owner, why=why)
+    return logs
+  except eval_claims.ClaimLost:
+    done.lost.append(os.path.basename(path))
+    logging.warning(
+        "The claim on %s was taken over while this evaluator held it "
+        "(suspended for over %.0f s?): the evaluator that took it over "
+        "evaluates and records it; this one wrote nothing of its evaluation "
+        "(no best checkpoint, validation summary or ledger record).", path,
+        eval_claims.STALE_CLAIM_SECONDS)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+  """What became of the checkpoints an evaluator knew of: one count for its
+  end line (`line`) and its run summary's `evaluations` (`fields`).
+
+  The checkpoints are those of the ledger and those the evaluator saw
+  listed. `missed` are those no evaluator evaluated, oldest first, each
+  `{"checkpoint", "global_step", "status", "why"}`: "missing",
+  "unreadable" or "empty" as recorded, or "unrecorded" (seen listed, but
+  no evaluator recorded it: this one stopped first, or it was deleted
+  since). `claims_lost`: what this one evaluated but left to the
+  evaluator that took its claim over.
+  """
+  evaluated_here: int
+  evaluated_by_others: int
+  missed: Tuple[Dict[str, Any], ...]
+  claims_lost: Tuple[str, ...] = ()
+
+  @classmethod
+  def of(cls, entries: Iterable[Mapping[str, Any]], owner: str,
+         seen: Iterable[str] = (), listed: Iterable[str] = (),
+         claims_lost: Iterable[str] = ()) -> "Tally":
+    """The count of the ledger's `entries`, by evaluator `owner`.
+
+    `seen`: the checkpoints it saw listed; `listed`: those of its last
+    listing.
+    """
+    entries = list(entries)
+    evaluated = [e for e in entries if e["status"] == "evaluated"]
+    here = sum(e.get("evaluator") == owner for e in evaluated)
+    missed = [{"checkpoint": e["checkpoint"],
+               "global_step": e["global_step"], "status": e["status"],
+               "why": e.get("why") or ""}
+              for e in entries if e["status"] != "evaluated"]
+    recorded = {e["checkpoint"] for e in entries}
+    still = {os.path.basename(p) for p in listed}
+    missed += [{"checkpoint": name,
+                "global_step": checkpoint_state.step_of(name),
+                "status": "unrecorded",
+                "why": _STOPPED_FIRST if name in still else _DELETED}
+               for name in {os.path.basename(p) for p in seen} - recorded]
+    return cls(evaluated_here=here,
+               evaluated_by_others=len(evaluated) - here,
+               missed=tuple(sorted(missed, key=lambda m: m["global_step"])),
+               claims_lost=tuple(claims_lost))
+
+  def line(self) -> str:
+    """`continuous_eval | 8 checkpoint(s) evaluated here, 0 by other
+    evaluators | not evaluated: 2 missing (ckpt-300, ckpt-400: why)`."""
+    not_evaluated = []
+    for status in ("missing", "unreadable", "empty", "unrecorded"):
+      of_status = [m for m in self.missed if m["status"] == status]
+      if not of_status:
+        continue
+      names = [m["checkpoint"] for m in of_status]
+      whys = sorted({m["why"] for m in of_status} - {""})
+      label = "never recorded" if status == "unrecorded" else status
+      not_evaluated.append(f"{len(names)} {label} ({_ranges(names)}"
                            + (f": {'; '.join(whys)}" if whys else "") + ")")
-  unrecorded = [os.path.basename(p) for p in seen
-                if os.path.basename(p) not in ledger.entries]
-  if unrecorded:
-    not_evaluated.append(f"{len(unrecorded)} never recorded "
-                         f"({_ranges(unrecorded)}: this evaluator stopped "
-                         "first)")
-  line = (f"continuous_eval | {here} checkpoint(s) evaluated here, {others} "
-          "by other evaluators")
-  if not_evaluated:
-    line += f" | not evaluated: {', '.join(not_evaluated)}"
-  return line
+    line = (f"continuous_eval | {self.evaluated_here} checkpoint(s) "
+            f"evaluated here, {self.evaluated_by_others} by other evaluators")
+    if not_evaluated:
+      line += f" | not evaluated: {', '.join(not_evaluated)}"
+    if self.claims_lost:
+      line += (f" | {len(self.claims_lost)} claim(s) taken over while "
+               f"evaluated here ({_ranges(list(self.claims_lost))}: left to "
+               "the evaluator that took it over)")
+    return line
+
+  def fields(self) -> Dict[str, Any]:
+    """The run summary's `evaluations` (`tfm_ext.model_dir.run_summary`)."""
+    return {"checkpoints": (self.evaluated_here + self.evaluated_by_others
+                            + len(self.missed)),
+            "evaluated_here": self.evaluated_here,
+            "evaluated_by_others": self.evaluated_by_others,
+            "not_evaluated": len(self.missed),
+            "complete": not self.missed,
+            "missed": [dict(m) for m in self.missed],
+            "claims_taken_over": list(self.claims_lost),
+            "said": self.line()}
+
+
+# The `why` of a checkpoint seen listed that no evaluator recorded.
+_STOPPED_FIRST = "this evaluator stopped first"
+_DELETED = "deleted before any evaluator recorded it"
 
 
 def _warn_unwatched(ledger: "EvalLedger", warned: Set[str]) -> Set[str]:
@@ -330,25 +467,68 @@ def _ranges(names: List[str]) -> str:
   return f"{names[0]}, {names[1]} ... {names[-1]}"
 
 
-def _evaluate(controller: orbit.Controller, eval_steps: int, path: str):
-  """`(logs, status)` of evaluating `path`, restored: "evaluated" or "empty".
+# The `why` of a checkpoint whose evaluation read no batch.
+_EMPTY = ("its evaluation read no batch of task.validation_data (the "
+          "warning in the log says why)")
 
-  An evaluation that read no batch is "empty", with a warning; the
-  exporter never saw it (`eval_count`).
+
+def _evaluate(controller: orbit.Controller, claims: eval_claims.Claims,
+              eval_steps: int, path: str):
+  """`(logs, status, why)` of evaluating `path`, restored.
+
+  Status "evaluated", or "empty" (with a warning) for an evaluation that
+  read no batch; the exporter never saw it (`eval_count`). Raises
+  `eval_claims.ClaimLost` before the evaluation writes anything if the
+  claim on `path` is no longer this evaluator's (`_fenced`).
   """
   eval_count.watch(controller.evaluator)
   try:
-    return controller.evaluate(steps=eval_steps), "evaluated"
+    with _fenced(controller, lambda: claims.check(path)):
+      return controller.evaluate(steps=eval_steps), "evaluated", ""
   except eval_count.EmptyEvaluation as e:
     logging.warning("%s Recorded %s as empty, without metrics and out of "
                     "the best-checkpoint ranking; evaluating on.", e,
                     os.path.basename(path))
-    return None, "empty"
+    return None, "empty", _EMPTY
+
+
+@contextlib.contextmanager
+def _fenced(controller: orbit.Controller,
+            check: Callable[[], None]) -> Iterator[None]:
+  """`check()` before each write of an evaluation, while the block runs.
+
+  Orbit's `Controller.evaluate` runs the evaluator, then the eval actions,
+  then writes the validation summaries. The writes are the evaluator's
+  `eval_end` (where TFM's trainer exports the best checkpoint; after it,
+  the actions: the progress line, metrics.csv, a notification) and the
+  summaries: `check` runs before each, and what it raises ends the
+  evaluation there. A task's own summaries written inside its batches are
+  not fenced.
+  """
+  patched = []
+  for owner, name in ((controller.evaluator, "eval_end"),
+                      (controller.eval_summary_manager, "write_summaries")):
+    method = getattr(owner, name, None)
+    if method is None:
+      continue
+
+    def fenced(*args, _method=method, **kwargs):
+      check()
+      return _method(*args, **kwargs)
+
+    setattr(owner, name, fenced)
+    patched.append((owner, name, method))
+  try:
+    yield
+  finally:
+    for owner, name, method in patched:
+      setattr(owner, name, method)
 
 
 def _restore(controller: orbit.Controller, path: str,
-             sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
-  """Restores `path`; returns None, or the status to record if it cannot."""
+             sleep: Callable[[float], None] = time.sleep
+             ) -> Tuple[Optional[str], str]:
+  """Restores `path`: `(None, "")`, or the status to record and why."""
 
   def restore(checkpoint_path):
     with controller.strategy.scope():
@@ -356,7 +536,7 @@ def _restore(controller: orbit.Controller, path: str,
       controller.checkpoint_manager.checkpoint.restore(
           checkpoint_path).expect_partial()
 
-  return restore_status(restore, path, sleep=sleep)
+  return _restore_outcome(restore, path, sleep=sleep)
 
 
 # What a restore raises for a checkpoint cut short (IndexError), or that
@@ -379,25 +559,33 @@ def restore_status(restore: Callable[[str], None], path: str, *,
   store whatever it raised, since a stale length reads as inconsistent or
   cut short; on a local disk only `_TRANSIENT` errors); then "unreadable".
   """
+  return _restore_outcome(restore, path, sleep=sleep, clock=clock)[0]
+
+
+def _restore_outcome(restore: Callable[[str], None], path: str, *,
+                     sleep: Callable[[float], None] = time.sleep,
+                     clock: Callable[[], float] = time.monotonic
+                     ) -> Tuple[Optional[str], str]:
+  """`restore_status`, with why: `(status or None, why)`."""
   deadline = None
   while True:
     try:
       restore(path)
-      return None
+      return None, ""
     except _RESTORE_ERRORS as e:
       failures.forget_failed_restore(e)
       cause = checkpoint_state.first_line(e)
       if not _listed(path):
         logging.warning("Checkpoint %s vanished before it was evaluated; "
                         "recorded as missing and skipped: %s", path, cause)
-        return "missing"
+        return "missing", f"deleted before it was read ({cause})"
       deadline = deadline or clock() + _files.STALE_READ_SECONDS
       retried = (isinstance(e, _TRANSIENT)
                  or _files.local_path(path) is None)
       if not retried or clock() > deadline:
         logging.warning("Checkpoint %s cannot be read (%s); recorded as "
                         "unreadable and skipped.", path, cause)
-        return "unreadable"
+        return "unreadable", f"its files do not read ({cause})"
       logging.info("Reading checkpoint %s failed (%s); trying again.", path,
                    cause)
       sleep(1.0)
