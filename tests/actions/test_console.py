@@ -121,3 +121,25 @@ def test_nested_logs_keep_their_path_and_drop_what_is_not_a_scalar():
           "lvis": {"AP": 0.125}}
   assert console.scalars(logs) == {"training_loss": 0.5, "coco/AP": 0.25,
                                    "lvis/AP": 0.125}
+
+
+def test_a_long_training_loop_says_where_it_is(launch_forked, tmp_path):
+  # One loop of 800 steps (after the first step's), a line every 0.3 s
+  # from the host while it runs; TFM's ImageNet loops last minutes.
+  run = launch_forked(
+      "--experiment=digits_convnet", "--mode=train",
+      "--params_override=trainer.train_steps=800,trainer.steps_per_loop="
+      "800,trainer.summary_interval=null,trainer.checkpoint_interval=800",
+      model_dir=tmp_path / "m",
+      env={"TFM_EXT_LOOP_PROGRESS_SECONDS": "0.3"})
+  assert run.returncode == 0, run
+  inside = [line for line in run.stdout.splitlines() if "| in loop |" in line]
+  assert len(inside) >= 2, run.stdout
+  steps = [int(line.split()[1].split("/")[0]) for line in inside]
+  assert steps == sorted(steps) and 1 < steps[0] < steps[-1] < 800, steps
+  for line in inside:
+    assert line.startswith("step ") and "/800 | in loop | " in line
+    assert " ex/s | ETA " in line, line
+  # The loop's own line still ends it.
+  assert run.stdout.splitlines()[-2].startswith("step 800/800 | "), (
+      run.stdout)

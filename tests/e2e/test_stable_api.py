@@ -16,7 +16,7 @@ from conftest import REPO
 STABLE_NAMES = [
     "ActionContext", "CustomTrainer", "MODELS", "Preempted", "Registry",
     "RegistryError", "RunFailed", "ServingInputs", "TRAINERS",
-    "TrainerConfig", "UsageError", "build_model", "get_trainer",
+    "TrainerConfig", "UsageError", "build_model", "get_trainer", "launch",
     "register_action", "register_model", "register_trainer",
     "run_experiment"]
 

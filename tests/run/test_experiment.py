@@ -5,7 +5,10 @@ this checks what that suite leaves out, in-process on digits_convnet.
 """
 
 import csv
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -14,6 +17,7 @@ import tf_keras
 from official.core import task_factory
 
 import tfm_ext
+from conftest import REPO
 from tfm_ext.actions import curves
 from tfm_ext.config import params as params_lib
 
@@ -42,3 +46,57 @@ def test_train_and_post_eval_returns_the_logs_of_its_evaluation(
     rows = {int(row["step"]): row for row in csv.DictReader(f)}
   assert float(logs["accuracy"]) == pytest.approx(
       float(rows[20]["validation_accuracy"]), rel=1e-6)
+
+
+NOTEBOOK = """
+import json, sys
+import tfm_ext
+import registry_imports
+
+root, out = sys.argv[1], {}
+try:
+  tfm_ext.launch("digits_convnet", model_dir=f"{root}/refused",
+                 params_override="trainer.train_steps=-1")
+except tfm_ext.UsageError as e:
+  out["refused"] = [str(e), e.exit_code]
+summary = tfm_ext.launch(
+    "digits_convnet", model_dir=f"{root}/trained", mode="train_and_eval",
+    params_override="trainer.train_steps=40,trainer.steps_per_loop=20,"
+    "trainer.summary_interval=20,trainer.validation_interval=40")
+out["trained"] = summary.to_json()
+try:
+  tfm_ext.launch("digits_convnet", model_dir=f"{root}/diverged", mode="train",
+                 params_override="trainer.train_steps=40,"
+                 "trainer.steps_per_loop=20,trainer.summary_interval=20,"
+                 "trainer.loss_upper_bound=0.0001")
+except tfm_ext.RunFailed as e:
+  out["failed"] = [str(e), e.exit_code]
+print(json.dumps(out))
+"""
+
+
+def test_launch_runs_the_launchers_job_from_python(data_dir, tmp_path):
+  # Three runs in one process, as cells of a notebook: refused, trained,
+  # failed; each raises or returns what the launcher exits with.
+  script = tmp_path / "notebook.py"
+  script.write_text(NOTEBOOK)
+  proc = subprocess.run(
+      [sys.executable, str(script), str(tmp_path)], capture_output=True,
+      text=True, timeout=600, cwd=REPO,
+      env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "TFM_EXT_DATA_DIR": data_dir})
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  out = json.loads(proc.stdout.splitlines()[-1])
+  assert out["refused"] == [
+      "trainer.train_steps=-1: give a whole number of steps, 0 or more.", 2]
+  assert not (tmp_path / "refused").exists()
+  trained = json.loads(out["trained"])
+  with open(tmp_path / "trained" / "run_summary.json") as f:
+    assert json.load(f) == trained  # The launcher's records.
+  assert (trained["status"], trained["global_step"]) == ("completed", 40)
+  assert "accuracy" in trained["eval_metrics"]
+  for record in ("params.yaml", "checkpoint", "metrics.csv", "logs"):
+    assert (tmp_path / "trained" / record).exists(), record
+  message, code = out["failed"]
+  assert code == 3 and "trainer.loss_upper_bound=0.0001" in message, message
+  assert f"error: {message}" in proc.stderr  # Said as the launcher says it.

@@ -47,7 +47,9 @@ check, the preemption save) are not guarded: their failures are the run's.
 `sys.exit()` in an action is an action failure like any other exception:
 reported and counted (a required action's saves and fails the run, exit
 3). An action cannot end a run with exit 0 and no summary; a run stops
-cleanly at `train_steps`, or on a signal (`tfm_ext.run.preemption`). (In a
+cleanly at `train_steps`, when an action asks it to (`context.stop(reason)`,
+as early stopping does: `tfm_ext.actions.plateau`), or on a signal
+(`tfm_ext.run.preemption`). (In a
 trainer hook, which is model logic, `sys.exit()` is a bug: exit 1, the run
 summary saying so.)
 """
@@ -88,6 +90,10 @@ class ActionContext:
   strategy: tf.distribute.Strategy
   # Whether this process writes into model_dir (the chief of its cluster).
   chief: bool
+  # `stop(reason)`: asks a training run to stop after the loop or
+  # evaluation in flight: it saves, writes its summary with the reason and
+  # exits 0 (`tfm_ext.actions.plateau`). Elsewhere (an evaluator) a no-op.
+  stop: Callable[[str], None] = lambda reason: None
 
 
 ACTIONS = {phase: registry.Registry(f"{phase} action") for phase in PHASES}
@@ -130,7 +136,7 @@ def registered(phase: str, context: ActionContext,
 
 
 # What an action raises on purpose: the run's own ending, passed through.
-OUTCOMES = (RunFailed, UsageError, preemption.Preempted)
+OUTCOMES = (RunFailed, UsageError, preemption.Preempted, preemption.Stopped)
 
 
 def name_of(action: Action) -> str:

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
@@ -22,6 +23,7 @@ from absl import logging
 from orbit import controller as orbit_controller
 import tensorflow as tf
 
+from tfm_ext.config import environment
 from tfm_ext.model_dir import _files
 # Callers take the numbers of logs from here (`continuous_eval`, `notify`...).
 from tfm_ext.actions.logs import scalars
@@ -134,6 +136,78 @@ class TrainProgress:
 
 # Weight of the latest loop in the ex/s of the progress line.
 SMOOTHING = 0.3
+
+# A training loop longer than this says where it is, this often.
+LOOP_PROGRESS_SECONDS = environment.seconds("TFM_EXT_LOOP_PROGRESS_SECONDS",
+                                            30.0, zero=True)
+
+
+class LoopTicker:
+  """Prints `step N/T | in loop | X ex/s | ETA h:mm:ss` inside a long loop.
+
+  TFM's ImageNet configs run thousands of steps a loop: the loop's line
+  (`TrainProgress`) comes once in many minutes. `around(train)` wraps the
+  trainer's `train(num_steps)`: while a loop runs, a thread of the host
+  reads the global step every `every_seconds` (0: never) and prints the
+  rate and the time left since the loop began. The step's own work is not
+  touched: a read of one variable every 30 s. Where a loop runs on a
+  device that answers only at its end (a TPU), the thread waits with it
+  and says nothing.
+  """
+
+  def __init__(self, *, global_step, total_steps: int, global_batch_size: int,
+               every_seconds: float = LOOP_PROGRESS_SECONDS,
+               clock: Callable[[], float] = time.monotonic,
+               stream: Optional[TextIO] = None):
+    self._global_step = global_step
+    self._total_steps = total_steps
+    self._batch = global_batch_size
+    self._every = every_seconds
+    self._clock = clock
+    self._stream = stream or sys.stdout
+    self.lines = 0
+
+  def around(self, train: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    if self._every <= 0:
+      return train
+
+    def train_saying_progress(num_steps):
+      if int(num_steps) <= 1:  # The first step's loop: its own line says.
+        return train(num_steps)
+      done = threading.Event()
+      thread = threading.Thread(
+          target=self._tick, args=(done, int(self._global_step.numpy()),
+                                   self._clock()),
+          name="tfm_ext_loop_progress", daemon=True)
+      thread.start()
+      try:
+        return train(num_steps)
+      finally:
+        done.set()
+
+    return train_saying_progress
+
+  def _tick(self, done: threading.Event, start_step: int,
+            start: float) -> None:
+    while not done.wait(self._every):
+      try:
+        step = int(self._global_step.numpy())
+      except Exception:  # pylint: disable=broad-except
+        return  # The run is ending; its own lines say how.
+      seconds = self._clock() - start
+      steps = step - start_step
+      if done.is_set():
+        return
+      if steps <= 0:  # Still tracing, or waiting for its input: no rate.
+        continue
+      parts = [f"step {step}/{self._total_steps}", "in loop"]
+      rate = examples_per_second(steps, seconds, self._batch)
+      if rate is not None:
+        parts.append(f"{rate:.0f} ex/s")
+      remaining = max(self._total_steps - step, 0)
+      parts.append(f"ETA {_format_duration(remaining * seconds / steps)}")
+      print(" | ".join(parts), file=self._stream, flush=True)
+      self.lines += 1
 
 
 class EvalTicker:

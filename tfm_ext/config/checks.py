@@ -120,6 +120,21 @@ class Use:
     return self.trains and _config_types.integer(trials) and trials >= 0
 
 
+# `trainer.<section>.metric` turns on what `tfm_ext.actions.plateau` does.
+PLATEAU_SECTIONS = ("early_stopping", "reduce_lr_on_plateau")
+
+
+def _watches(section: str) -> Callable[["Use"], bool]:
+  """Whether a training run watches its evaluations for `section`."""
+  return lambda use: use.trains and bool(
+      getattr(getattr(use.params.trainer, section, None), "metric", ""))
+
+
+def _finite_at_least_0(value) -> bool:
+  return (_config_types.number(value) and math.isfinite(value)
+          and value >= 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
   """A field, when the mode reads it, and which values it accepts."""
@@ -310,6 +325,23 @@ RULES = (
     *(Rule(field, _always, _dropout_rate,
            "a number from 0 to below 1: the fraction of units dropped")
       for field in DROPOUT_FIELDS),
+    # Early stopping and the plateau (`tfm_ext.actions.plateau`), where on.
+    *(rule for section in PLATEAU_SECTIONS for rule in (
+        Rule(f"trainer.{section}.mode", _watches(section),
+             lambda v: v in ("auto", "min", "max"),
+             "'min', 'max' or 'auto' (min for a loss or an error)"),
+        Rule(f"trainer.{section}.patience", _watches(section), _at_least(1),
+             "a whole number of evaluations, 1 or more"),
+        Rule(f"trainer.{section}.min_delta", _watches(section),
+             _finite_at_least_0, "a number, 0 or more"))),
+    Rule("trainer.reduce_lr_on_plateau.factor",
+         _watches("reduce_lr_on_plateau"),
+         lambda v: _config_types.number(v) and 0 < v < 1,
+         "a number above 0 and below 1: what the learning rate is multiplied "
+         "by on a plateau"),
+    Rule("trainer.reduce_lr_on_plateau.min_lr",
+         _watches("reduce_lr_on_plateau"), _finite_at_least_0,
+         "a learning rate, 0 or more"),
 )
 
 
@@ -435,6 +467,14 @@ def check_with_strategy(params: config_definitions.ExperimentConfig, *,
         "trainer.train_tf_while_loop=true needs trainer.train_tf_function="
         "true (a tf.while_loop runs only inside a tf.function); set "
         "train_tf_while_loop=false to train eagerly.")
+  early = getattr(getattr(params.trainer, "early_stopping", None), "metric",
+                  "")
+  if trains and early and isinstance(
+      strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    raise UsageError(
+        f"trainer.early_stopping.metric={early!r}: early stopping does not "
+        "run on several workers yet (they must agree on the step to stop "
+        "at); train on one, or leave the metric empty.")
   num_replicas = strategy.num_replicas_in_sync
   datasets = []
   if trains:
@@ -505,8 +545,8 @@ def check_init_checkpoint(source) -> None:
 
 
 def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
-                                 trainer_cls: type, *,
-                                 evaluates: bool) -> None:
+                                 trainer_cls: type, *, evaluates: bool,
+                                 trains: bool = False) -> None:
   """Refuses a best-checkpoint metric that the evaluations will not log.
 
   The logs of TFM's and `CustomTrainer`'s `eval_end` are the task's
@@ -517,11 +557,34 @@ def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
   known without running: a trainer with its own `eval_end`, a task with its
   own `reduce_aggregated_logs`, metrics or a model that cannot be built
   here. Needs the TensorFlow runtime: call it once the strategy is built.
+
+  So too the metrics that early stopping and the plateau watch
+  (`trainer.early_stopping.metric`...), in a training run: one that does
+  not evaluate is refused, since they would never act.
   """
-  use = Use(params=params, trains=False, evaluates=evaluates)
-  if not use.exports_best:
-    return
-  metric = params.trainer.best_checkpoint_eval_metric
+  watched = []
+  if Use(params=params, trains=False, evaluates=evaluates).exports_best:
+    metric = params.trainer.best_checkpoint_eval_metric
+    watched.append((
+        "trainer.best_checkpoint_eval_metric", metric,
+        "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint"))
+  for section in PLATEAU_SECTIONS:
+    metric = getattr(getattr(params.trainer, section, None), "metric", "")
+    if not metric or not _watches(section)(Use(params, trains, evaluates)):
+      continue
+    field = f"trainer.{section}.metric"
+    if not evaluates:
+      raise UsageError(
+          f"{field}={metric!r} watches the evaluations, and this mode runs "
+          "none: use --mode=train_and_eval, or leave the metric empty.")
+    watched.append((field, metric, f"{field}='' to turn it off"))
+  for field, metric, off in watched:
+    _check_logged(params, trainer_cls, field, metric, off)
+
+
+def _check_logged(params, trainer_cls: type, field: str, metric: str,
+                  off: str) -> None:
+  """Refuses `metric` if the evaluations will not log it; see above."""
   root = metric.split("|")[0]  # TFM's separator of nested logs.
   if _overrides(trainer_cls, "eval_end", (base_trainer.Trainer,
                                           custom_trainer.CustomTrainer)):
@@ -540,10 +603,9 @@ def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
   close = difflib.get_close_matches(root, known, n=1)
   guess = f" Did you mean {close[0]!r}?" if close else ""
   raise UsageError(
-      f"trainer.best_checkpoint_eval_metric={metric!r}: the evaluations of "
-      f"{type(task).__name__} do not log it; they log "
-      f"{', '.join(repr(n) for n in known)}.{guess} Give one of them, or "
-      "trainer.best_checkpoint_eval_metric='' to keep no best checkpoint.")
+      f"{field}={metric!r}: the evaluations of {type(task).__name__} do not "
+      f"log it; they log {', '.join(repr(n) for n in known)}.{guess} Give "
+      f"one of them, or {off}.")
 
 
 def _check_stepwise(leaves: Dict[str, Any]) -> None:

@@ -28,6 +28,8 @@ HARMLESS = (
     "trainer.validation_steps",
     "trainer.continuous_eval_timeout",
     "trainer.best_checkpoint_",
+    # When to stop: it changes no step (more patience goes on training).
+    "trainer.early_stopping",
     "runtime.tpu",
     # A one-replica mirror or none: the same data and math (only dropout's
     # random stream differs), and either restores the other's checkpoints.

@@ -20,12 +20,16 @@ import difflib
 import importlib
 import importlib.util
 import os
+import pkgutil
 import re
+import sys
 from typing import List, Optional
 
 import gin
 
 from official.core import exp_factory
+
+from tfm_ext.errors import UsageError
 
 # What stock's train.py imports for its registrations.
 DEFAULTS = ("official.vision.registry_imports",)
@@ -144,3 +148,39 @@ def registry_for(module: str) -> str:
       pass
     package = package.rsplit(".", 1)[0]
   return f"{module} (with the module that registers its task)"
+
+
+def import_registries(modules) -> None:
+  """Imports each `--registry` module; one that fails is a `UsageError`."""
+  for module in modules or ():
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise UsageError(f"--registry={module} cannot be imported: {e}."
+                       f"{_where_python_looked(module, e)}") from e
+
+
+def _where_python_looked(module: str, error: ImportError) -> str:
+  """What to do when `module` (or its package) is not on `sys.path`."""
+  top = module.split(".")[0]
+  if not isinstance(error, ModuleNotFoundError) or error.name not in (
+      module, top) and not module.startswith(f"{error.name}."):
+    return f" ({module} was found; one of its own imports failed.)"
+  parent, _, name = (error.name or "").rpartition(".")
+  if parent:  # The package is there; the module in it is not.
+    package = sys.modules.get(parent)
+    where = list(getattr(package, "__path__", []))
+    found = sorted(info.name for info in pkgutil.iter_modules(where))
+    close = difflib.get_close_matches(name, found, n=1)
+    return (f" The package {parent} was found ({', '.join(where)}), and it "
+            f"has no module {name!r}" + (
+                f": did you mean --registry={parent}.{close[0]}?" if close
+                else f"; its modules: {', '.join(found) or 'none'}."))
+  cwd = os.getcwd()
+  on_path = cwd in map(os.path.abspath, filter(None, sys.path)) or (
+      "" in sys.path)
+  return (f" Python looked for {top!r} in the current directory ({cwd}, "
+          f"{'on' if on_path else 'NOT on'} its path) and in the installed "
+          "packages. Run from the directory that holds "
+          f"{top}/ (`tfm-ext-train` and `python -m tfm_ext` add it), add that "
+          f"directory with PYTHONPATH=DIR, or `pip install -e` the project.")

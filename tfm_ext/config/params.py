@@ -64,10 +64,16 @@ def gin_trainer(name: Optional[str] = None) -> Optional[str]:
 def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str]) -> None:
   """Parses gin files, then bindings, as `gin.parse_config_files_and_bindings`.
 
+  A run before this one in the process (`tfm_ext.launch` from a notebook)
+  left gin's config final: its bindings are cleared first, so that each
+  run has its own.
+
   Raises:
     UsageError: a file is missing, a directory or unreadable, or a file or
       binding does not parse; the message names it.
   """
+  if gin.config_is_locked():
+    gin.clear_config()  # Unlocks it too.
   for path in gin_files or ():
     if os.path.isdir(path):
       raise UsageError(f"--gin_file {path!r} is a directory: give a gin "

@@ -114,6 +114,14 @@ class RunSummary:
   # (checkpoint, global_step, status, why), `claims_taken_over`, and the
   # line itself (`said`); empty for the other modes.
   evaluations: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # A run an action asked to stop (`tfm_ext.actions.plateau`: early
+  # stopping, `context.stop`): the step it saved and stopped at, and why.
+  stopped_early_at: Optional[int] = None
+  stop_reason: str = ""
+  # `trainer.reduce_lr_on_plateau`'s factor: each reduction (step, factor)
+  # of this model_dir's runs, and the factor when the run ended.
+  lr_reductions: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  lr_factor: Optional[float] = None
   examples_per_second: Optional[float] = None
   time_to_first_step_seconds: Optional[float] = None
   wall_seconds: float = 0.0

@@ -32,6 +32,7 @@ from tfm_ext.actions import best_checkpoint
 from tfm_ext.actions import console
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
+from tfm_ext.actions import plateau
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import checkpointing
 from tfm_ext.model_dir import lease
@@ -58,11 +59,16 @@ class Parts:
   deterministic: bool
   # The global step once the controller restored (0 for a fresh run).
   restored_step: int
-  # A training mode whose checkpoint is at or past `train_steps`: nothing
-  # is left to train (a relaunched finished run).
+  # A training mode whose checkpoint is at or past `train_steps`, or that
+  # early stopping stopped: nothing is left to train (a relaunched finished
+  # run).
   trained: bool = False
   # `<phase>/<action>` -> how often it raised (`actions.Guard`).
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
+  # What a continuous_eval counted of the checkpoints (`modes.ModeContext`).
+  evaluations: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # Early stopping and the plateau's actions (`actions.plateau`), if on.
+  watching: List[Any] = dataclasses.field(default_factory=list)
 
 
 class FirstStepThenEvery:
@@ -144,10 +150,24 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
         trainer_cls=plan.trainer_cls)
   if evaluates:  # An evaluation that read nothing fails, never ranks 0.
     eval_count.watch(trainer)
+  # Before the first step is traced (the plateau's factor joins the
+  # learning rate) and the checkpoint restored (their counts are in it).
+  stop = plateau.Stop()
+  watching = []
+  if mode.trains and mode.evaluates:
+    with strategy.scope():
+      watching = plateau.build(params.trainer, trainer, stop)
+    plateau.join_checkpoint(trainer, plateau.state(watching))
   # What Orbit runs of the trainer is the run's step or evaluate phase.
   for method, name in (("train", "step"), ("evaluate", "evaluate")):
     if hasattr(trainer, method):
       setattr(trainer, method, failures.phased(name, getattr(trainer, method)))
+  if mode.trains:  # A line every 30 s inside a long loop.
+    trainer.train = console.LoopTicker(
+        global_step=strategies.host_readable(trainer.global_step, strategy),
+        total_steps=params.trainer.train_steps,
+        global_batch_size=params.task.train_data.global_batch_size,
+    ).around(trainer.train)
   if mode.trains and not strategies.is_multi_worker(strategy):
     # A signal stops the loop after the step in flight (multi-worker: at
     # the loop's end, where all workers agree on the step to save).
@@ -156,6 +176,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
   latest, checkpoint = _restore_at_start(trainer, plan, chief)
+  plateau.resume(watching, model_dir, int(trainer.global_step.numpy()))
   manager = checkpointing.build_manager(
       trainer, write_dir, params.trainer, evaluates_only=not mode.trains,
       checkpoint=checkpoint,  # The one the start restored.
@@ -188,7 +209,8 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   eval_progress = console.EvalProgress(global_step=step)
   context = actions.ActionContext(
       params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
-      checkpoint_manager=manager, strategy=strategy, chief=chief)
+      checkpoint_manager=manager, strategy=strategy, chief=chief,
+      **({"stop": stop.request} if mode.trains else {}))
   # A required action that fails saves first where this process may save:
   # a training run on one worker (elsewhere a save is a collective).
   guard = actions.Guard(
@@ -203,12 +225,13 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                               name="notify")] for phase in actions.PHASES}
   train_actions = (_train_actions(context, progress, train_summaries, watcher,
                                   guard, supplied=supplied.train_actions,
-                                  notified=notified["train"])
+                                  notified=notified["train"], requested=stop)
                    if mode.trains else [])
   eval_actions = _eval_actions(context, eval_progress, eval_summaries,
                                watcher, guard, trains=mode.trains,
                                supplied=supplied.eval_actions,
-                               notified=notified["eval"])
+                               notified=notified["eval"], requested=stop,
+                               watching=watching)
   if held:  # A run that lost the lease stops before it writes more.
     train_actions, eval_actions = ([held.after_loop] + train_actions,
                                    [held.after_loop] + eval_actions)
@@ -237,9 +260,10 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                controller=controller, progress=progress,
                eval_progress=eval_progress, write_dir=write_dir, chief=chief,
                deterministic=deterministic, restored_step=restored_step,
-               trained=bool(mode.trains and restored_step
-                            and restored_step >= params.trainer.train_steps),
-               action_failures=guard.failures)
+               trained=bool(mode.trains and restored_step and (
+                   restored_step >= params.trainer.train_steps
+                   or plateau.stopped_early(watching))),
+               action_failures=guard.failures, watching=watching)
 
 
 def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
@@ -296,7 +320,7 @@ def _restore_at_start(trainer, plan, chief: bool):
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
                    watcher, guard: actions.Guard, supplied=(),
-                   notified=()) -> List[actions.Action]:
+                   notified=(), requested=None) -> List[actions.Action]:
   """Recovery, TFM's, registered, progress, results, notify, save-and-stop.
 
   Registered actions come before the progress line, so what they add to a
@@ -333,7 +357,8 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
   else:
     stop = preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
-        global_step=trainer.global_step, summary_manager=summary_manager)
+        global_step=trainer.global_step, summary_manager=summary_manager,
+        stop=requested)
   return (recovery + guard.all("train", (
       tfm + actions.registered("train", context, guard) + list(supplied)
       + [progress] + curves.refresh_actions(context, "train")
@@ -342,22 +367,30 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
 
 def _eval_actions(context: actions.ActionContext, progress, summary_manager,
                   watcher, guard: actions.Guard, trains: bool, supplied=(),
-                  notified=()) -> List[actions.Action]:
-  """TFM's, registered, progress, results, notify, save-and-stop if training.
+                  notified=(), requested=None,
+                  watching=()) -> List[actions.Action]:
+  """TFM's, registered, progress, the plateau's, results, notify, save-and-stop.
 
   As for training, registered actions come before the progress line, and
-  all but save-and-stop are guarded. An evaluator never writes
-  checkpoints: only training modes save.
+  all but save-and-stop are guarded. Early stopping and the plateau
+  (`watching`) come after the progress line, so that their lines follow
+  the evaluation's. An evaluator never writes checkpoints: only training
+  modes save.
   """
   tfm = actions.tfm_eval_actions(context.params, context.trainer,
                                  context.model_dir)
-  stop = []
   if trains and not strategies.is_multi_worker(context.strategy):
-    stop = [preemption.SaveAndStopIfPreempted(
+    saves = [preemption.SaveAndStopIfPreempted(
         watcher=watcher, checkpoint_manager=context.checkpoint_manager,
         global_step=context.trainer.global_step,
-        summary_manager=summary_manager)]
+        summary_manager=summary_manager, stop=requested)]
+  else:
+    saves = []
   return guard.all("eval", (
       tfm + actions.registered("eval", context, guard) + list(supplied)
-      + [progress] + curves.refresh_actions(context, "eval")
-      + list(notified))) + stop
+      + [progress] + list(watching)
+      + ([plateau.Recorder(watching, context.model_dir,
+                           context.trainer.global_step)]
+         if watching and context.chief else [])
+      + curves.refresh_actions(context, "eval")
+      + list(notified))) + saves

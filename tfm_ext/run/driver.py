@@ -51,14 +51,17 @@ from tfm_ext.actions import best_checkpoint
 from tfm_ext.actions import console
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
+from tfm_ext.actions import plateau
 from tfm_ext.config import checks
 from tfm_ext.config import config_drift
 from tfm_ext.config import environment
 from tfm_ext.config import input_files
+from tfm_ext.config import params as params_lib
 from tfm_ext.config import params_file
 from tfm_ext.errors import RunFailed
 from tfm_ext.errors import UsageError
 from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import eval_claims
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
 from tfm_ext.model_dir import run_summary
@@ -106,6 +109,38 @@ class Plan:
   strategy: tf.distribute.Strategy
 
 
+def request_for(sources: params_lib.ConfigSources, *, mode: str,
+                model_dir: str, gin_files=(), gin_params=(),
+                **fields) -> RunRequest:
+  """The `RunRequest` of `mode` for what `sources` describe, in `model_dir`.
+
+  The operative config: gin parsed, then files, overrides and flags
+  (`params.build`); an evaluator's is its trainer's (`params.yaml`, waited
+  for beside a trainer that may not have started yet), and it is present
+  for the trainer's retention from here on. `fields` are the request's
+  others. The launcher's flags and `tfm_ext.launch` both come here.
+  """
+  mode_of = modes.get_mode(mode)
+  model_dir = os.path.expanduser(model_dir)
+  # What fails from here on may be a file of it (`failures.classify`).
+  failures.set_run(model_dir=model_dir)
+  # Before anything reads or writes it (an evaluator reads params.yaml).
+  with failures.phase("model_dir", model_dir):
+    usable.check_usable(model_dir)
+  params_lib.parse_gin(gin_files, gin_params)
+  params = params_lib.build(sources)
+  if mode_of.waits_for_trainer:
+    # An evaluator beside a trainer is present from its start: the trainer
+    # keeps each checkpoint for it while it waits and builds.
+    with failures.phase("model_dir", model_dir):
+      eval_claims.announce(model_dir)
+  if not mode_of.trains:
+    params = params_lib.follow_trainer(sources, params, model_dir,
+                                       wait=mode_of.waits_for_trainer)
+  return RunRequest(experiment=sources.experiment, mode=mode,
+                    model_dir=model_dir, params=params, **fields)
+
+
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
   environment.check()
@@ -126,7 +161,8 @@ def prepare(request: RunRequest) -> Plan:
                              needs_checkpoint=mode.needs_checkpoint,
                              model_dir=request.model_dir, strategy=strategy)
   checks.check_best_checkpoint_metric(params, trainer_cls,
-                                      evaluates=mode.evaluates)
+                                      evaluates=mode.evaluates,
+                                      trains=mode.trains)
   # Record framing of the local input files: a file cut short is exit 3
   # naming it, before anything is written.
   input_files.check_framing(params, trains=mode.trains,
@@ -238,7 +274,7 @@ def _finish(request: RunRequest, mode: modes.Mode,
 
 def exit_with(error: object, code: int, kind: str = "error") -> None:
   """Prints `kind: error` as one paragraph on stderr and exits with `code`."""
-  print(f"{kind}: {error}", file=sys.stderr, flush=True)
+  failures.report(failures.Failure(code, str(error), kind))
   sys.exit(code)
 
 
@@ -378,7 +414,8 @@ def _drive(plan: Plan, parts: assembly.Parts,
                           model_dir=request.model_dir,
                           should_stop=lambda: watcher.stopping,
                           checkpoint_path=request.checkpoint_path,
-                          serving=request.serving)
+                          serving=request.serving,
+                          evaluations=parts.evaluations)
   previous = _previous_summary(plan, parts) if parts.trained else None
   try:
     with plan.strategy.scope():
@@ -394,6 +431,12 @@ def _drive(plan: Plan, parts: assembly.Parts,
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e),
                      exit_code=preemption.EXIT_CODE)
+  except preemption.Stopped as e:  # Asked by an action; saved at e.step.
+    print(f"stopped @ step {e.step} | {e.reason}", flush=True)
+    run_summary.mark_training_complete(parts.write_dir, e.step)
+    summary = summarize(plan, parts, resumes, "completed", str(e))
+    summary.stopped_early_at, summary.stop_reason = e.step, e.reason
+    return summary
   except (UsageError,) + TRANSIENT_ERRORS:
     raise  # Refused (exit 2), or restarted by `_with_recovery`.
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
@@ -450,11 +493,16 @@ def _evaluated_last_step(previous: Optional[RunSummary],
 def _carry_over(summary: RunSummary, previous: Optional[RunSummary],
                 train_steps: int) -> None:
   """A start with nothing to train keeps the results of the run that did."""
+  stopped = previous.stopped_early_at if previous else None
+  if stopped is not None and stopped == summary.global_step:
+    summary.stopped_early_at = stopped
+    summary.stop_reason = previous.stop_reason
+  why = (f"stopped early: {summary.stop_reason}" if summary.stop_reason
+         else f"train_steps={train_steps}")
   summary.message = (
-      f"already complete at step {summary.global_step} (train_steps="
-      f"{train_steps}): nothing to train; the metrics are those of the run "
-      "that trained" + (", and of this start's evaluation"
-                        if summary.eval_metrics else ""))
+      f"already complete at step {summary.global_step} ({why}): nothing to "
+      "train; the metrics are those of the run that trained" + (
+          ", and of this start's evaluation" if summary.eval_metrics else ""))
   print(summary.message, flush=True)
   if previous is None:
     return
@@ -493,5 +541,7 @@ def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
       wall_seconds=time.time() - request.start_time,
       chief=parts.chief,
       action_failures=dict(parts.action_failures),
+      evaluations=dict(parts.evaluations),
+      **plateau.summary_fields(parts.watching),
       best=(best_checkpoint.best_of(request.model_dir, request.params.trainer)
             if parts.chief else {}))

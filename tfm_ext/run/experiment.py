@@ -1,4 +1,21 @@
-"""`run_experiment`: TFM's `train_lib.run_experiment`, run by tfm_ext's driver.
+"""The Python API: `launch` (the launcher's job from Python) and TFM's
+`run_experiment`, both run by tfm_ext's driver.
+
+`launch` is what `tfm-ext-train` does, from a notebook or a script: the
+same config (files, overrides, gin), the same checks before anything is
+written, the same records in `model_dir`; it returns the run summary.
+
+    summary = tfm_ext.launch(
+        "digits_convnet", model_dir="/tmp/digits", mode="train_and_eval",
+        params_override="trainer.train_steps=200")
+    summary.eval_metrics["accuracy"], summary.best
+
+A refused run raises `UsageError` (nothing written), one that failed
+`RunFailed`, one stopped by a signal (Ctrl-C, the kernel's interrupt: the
+checkpoint of the step saved) `Preempted`; the message is the one line the
+launcher prints, and its `exit_code` what the launcher would exit with.
+
+`run_experiment` is TFM's `train_lib.run_experiment`:
 
 Code written against TFM calls it with TFM's arguments and gets TFM's
 return value, and the run gets what `launchers/train.py` gives: the
@@ -14,8 +31,10 @@ TFM's own `base_trainer_test` and `train_lib_test` run against it
 (`tests/e2e/test_tfm_core_suites.py`).
 """
 
-from typing import Any, List, Mapping, Optional, Tuple
+import sys
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from absl import flags as absl_flags
 import orbit
 import tensorflow as tf
 import tf_keras
@@ -24,10 +43,15 @@ from official.core import base_task
 from official.core import base_trainer
 from official.core import config_definitions
 
+from tfm_ext.config import environment
+from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
 from tfm_ext.errors import RunFailed
+from tfm_ext.errors import UsageError
+from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
 from tfm_ext.run import driver
+from tfm_ext.run import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.training import trainers
@@ -93,3 +117,66 @@ def run_experiment(
   elif mode == "train_and_post_eval":
     eval_logs = summary.eval_metrics
   return parts.trainer.model, eval_logs or {}
+
+
+def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
+           params_override: str = "", config_files: Sequence[str] = (),
+           trainer: str = "", gin_files: Sequence[str] = (),
+           gin_params: Sequence[str] = (), registry: Sequence[str] = (),
+           allow_config_change: bool = False,
+           checkpoint_path: str = "") -> RunSummary:
+  """Runs `mode` of `experiment` as `tfm-ext-train` would; see the module.
+
+  The arguments are the launcher's flags of the same names
+  (`config_files`: `--config_file`, repeatable; `registry`: modules to
+  import for their registrations).
+
+  Returns:
+    The run's `RunSummary` (also `model_dir/run_summary.json`).
+
+  Raises:
+    UsageError: refused (exit 2 from the launcher).
+    RunFailed: failed (its data, storage; `exit_code` 3 or 4).
+    preemption.Preempted: stopped by a signal, the checkpoint saved.
+  """
+  if not absl_flags.FLAGS.is_parsed():
+    # A notebook or a script of its own parsed no absl flags: their
+    # defaults (the log goes to model_dir/logs/, warnings to the console).
+    absl_flags.FLAGS([sys.argv[0] if sys.argv else "tfm_ext"])
+  failures.reset()
+  try:
+    environment.check()
+    experiments.import_registries(registry)
+    experiments.register_for(experiment,
+                             gin_given=bool(gin_files or gin_params))
+    request = driver.request_for(
+        params_lib.ConfigSources(
+            experiment=experiment, config_files=tuple(config_files),
+            params_override=params_override, trainer=trainer),
+        mode=mode, model_dir=model_dir, gin_files=gin_files,
+        gin_params=gin_params, allow_config_change=allow_config_change,
+        checkpoint_path=checkpoint_path)
+    plan = driver.prepare(request)
+  except UsageError as e:
+    e.exit_code = UsageError.EXIT_CODE
+    raise
+  try:
+    return driver.run(plan)
+  except SystemExit as e:  # The job's end, as the launcher would exit.
+    raise _error_of(e) from None
+
+
+def _error_of(exit: SystemExit) -> Exception:
+  """The exception `launch` raises for the launcher's exit `exit`."""
+  code = exit.code if isinstance(exit.code, int) else 1
+  reported = failures.last_reported()
+  message = reported.message if reported else f"The run ended with exit {code}."
+  if code == preemption.EXIT_CODE:
+    error = preemption.Preempted(-1, "a signal")
+    error.args = (message,)
+  elif code == UsageError.EXIT_CODE:
+    error = UsageError(message)
+  else:
+    error = RunFailed(message)
+  error.exit_code = code
+  return error

@@ -124,6 +124,8 @@ class _Run:
   log_file: str = ""
   # What the run lost meanwhile, as the error it explains (`explain_with`).
   explanations: list = dataclasses.field(default_factory=list)
+  # The failure `report` printed last.
+  reported: Optional["Failure"] = None
 
 
 _run = _Run()
@@ -445,7 +447,13 @@ def report(failure: Failure, error: Optional[BaseException] = None) -> None:
     # INFO: the log file's, not the console's (`console.log_to_files`).
     logging.info("%s (%s)", failure.message, type(error).__name__,
                  exc_info=(type(error), error, error.__traceback__))
+  _run.reported = failure
   print(f"{failure.kind}: {failure.message}", file=sys.stderr, flush=True)
+
+
+def last_reported() -> Optional[Failure]:
+  """The failure `report` printed last in this run (`tfm_ext.launch`'s)."""
+  return _run.reported
 
 
 @contextlib.contextmanager

@@ -31,10 +31,6 @@ from tfm_ext.run import _startup
 
 _startup.begin(signals=False)  # An import changes no signal handler.
 
-import difflib
-import importlib
-import os
-import pkgutil
 import sys
 
 from absl import app
@@ -55,7 +51,6 @@ from tfm_ext.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir import tfm_serving
-from tfm_ext.model_dir import usable
 from tfm_ext.run import driver
 from tfm_ext.run import failures
 from tfm_ext.run import modes
@@ -193,42 +188,6 @@ def registered() -> str:
   return "\n".join(lines) + "\n"
 
 
-def import_registries(modules) -> None:
-  """Imports each `--registry` module; one that fails is a `UsageError`."""
-  for module in modules or ():
-    try:
-      importlib.import_module(module)
-    except ImportError as e:
-      raise UsageError(f"--registry={module} cannot be imported: {e}."
-                       f"{_where_python_looked(module, e)}") from e
-
-
-def _where_python_looked(module: str, error: ImportError) -> str:
-  """What to do when `module` (or its package) is not on `sys.path`."""
-  top = module.split(".")[0]
-  if not isinstance(error, ModuleNotFoundError) or error.name not in (
-      module, top) and not module.startswith(f"{error.name}."):
-    return f" ({module} was found; one of its own imports failed.)"
-  parent, _, name = (error.name or "").rpartition(".")
-  if parent:  # The package is there; the module in it is not.
-    package = sys.modules.get(parent)
-    where = list(getattr(package, "__path__", []))
-    found = sorted(info.name for info in pkgutil.iter_modules(where))
-    close = difflib.get_close_matches(name, found, n=1)
-    return (f" The package {parent} was found ({', '.join(where)}), and it "
-            f"has no module {name!r}" + (
-                f": did you mean --registry={parent}.{close[0]}?" if close
-                else f"; its modules: {', '.join(found) or 'none'}."))
-  cwd = os.getcwd()
-  on_path = cwd in map(os.path.abspath, filter(None, sys.path)) or (
-      "" in sys.path)
-  return (f" Python looked for {top!r} in the current directory ({cwd}, "
-          f"{'on' if on_path else 'NOT on'} its path) and in the installed "
-          "packages. Run from the directory that holds "
-          f"{top}/ (`tfm-ext-train` and `python -m tfm_ext` add it), add that "
-          f"directory with PYTHONPATH=DIR, or `pip install -e` the project.")
-
-
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
@@ -241,7 +200,7 @@ def main(argv) -> None:
   with failures.boundary():
     environment.check()
     params_lib.check_command_line(sys.argv[1:], FLAGS)
-    import_registries(FLAGS.registry)
+    experiments.import_registries(FLAGS.registry)
     # Before gin is parsed: stock has imported them, and a binding may name
     # their configurables.
     if FLAGS.experiment or FLAGS.gin_file or FLAGS.gin_params:
@@ -275,26 +234,13 @@ def _request() -> driver.RunRequest:
   if missing:
     raise UsageError("Missing required flags: " + ", ".join(
         f"--{m}" for m in missing) + ". (--list shows what is registered.)")
-  mode = modes.get_mode(FLAGS.mode)
-  model_dir = os.path.expanduser(FLAGS.model_dir)
-  # What fails from here on may be a file of it (`failures.classify`).
-  failures.set_run(model_dir=model_dir)
-  # Before anything reads or writes it (an evaluator reads params.yaml).
-  with failures.phase("model_dir", model_dir):
-    usable.check_usable(model_dir)
   for name in UNREAD_TFM_FLAGS:
     if FLAGS[name].value:
       logging.warning("--%s=%s has no effect: TFM's train.py does not read "
                       "it either.", name, FLAGS[name].value)
-  params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
-  sources = _sources()
-  params = params_lib.build(sources)
-  if not mode.trains:
-    params = params_lib.follow_trainer(sources, params, model_dir,
-                                       wait=mode.waits_for_trainer)
-  return driver.RunRequest(
-      experiment=FLAGS.experiment, mode=FLAGS.mode,
-      model_dir=model_dir, params=params,
+  return driver.request_for(
+      _sources(), mode=FLAGS.mode, model_dir=FLAGS.model_dir,
+      gin_files=FLAGS.gin_file, gin_params=FLAGS.gin_params,
       start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change,
       enable_async_checkpointing=FLAGS.enable_async_checkpointing,

@@ -5,7 +5,7 @@ that accepts modes `train_lib` then cannot run.
 """
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import orbit
 
@@ -34,6 +34,9 @@ class ModeContext:
   # --input_type, --batch_size, --input_image_size: how TFM's vision tasks
   # are served (`tfm_ext.model_dir.tfm_serving`).
   serving: tfm_serving.ServingOptions = tfm_serving.ServingOptions()
+  # Filled by continuous_eval, however it ends, with its count of the
+  # checkpoints (the run summary's `evaluations`).
+  evaluations: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +99,7 @@ def _continuous_eval(ctx: ModeContext) -> Logs:
       eval_steps=trainer_config.validation_steps,
       train_steps=trainer_config.train_steps,
       timeout=trainer_config.continuous_eval_timeout,
-      should_stop=ctx.should_stop)
+      should_stop=ctx.should_stop, evaluations=ctx.evaluations)
 
 
 def _export(ctx: ModeContext) -> Logs:

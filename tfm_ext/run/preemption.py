@@ -88,6 +88,20 @@ class Preempted(Exception):
     self.step = step
 
 
+class Stopped(Exception):
+  """Raised after the checkpoint of a stop the run asked for is saved.
+
+  An action asked (`tfm_ext.actions.plateau.Stop`: early stopping, or an
+  action's `context.stop(reason)`): the run ends as complete at `step`,
+  exit 0, its summary saying why.
+  """
+
+  def __init__(self, step: int, reason: str):
+    super().__init__(f"stopped at step {step}: {reason}")
+    self.step = step
+    self.reason = reason
+
+
 class StartUpInterrupted(Exception):
   """A signal came before the run's first step: nothing to save yet.
 
@@ -416,25 +430,32 @@ _STOPPED_LOOP_WARNING = _StoppedLoopWarning()
 class SaveAndStopIfPreempted:
   """Orbit action: after a signal, save at the current step and raise.
 
+  Also after a stop the run asked for (`stop.reason`: early stopping, an
+  action's `context.stop`): it saves the same way and raises `Stopped`.
+
   Args:
     watcher: the `SignalWatcher` in force.
     checkpoint_manager: the run's `tf.train.CheckpointManager`.
     global_step: the trainer's global step.
     summary_manager: where this loop's output is written before stopping, as
       the controller would have written it after the action.
+    stop: the run's stop requests (`tfm_ext.actions.plateau.Stop`).
   """
 
   def __init__(self, *, watcher: SignalWatcher,
                checkpoint_manager: tf.train.CheckpointManager,
                global_step: tf.Variable,
-               summary_manager: Optional[orbit.utils.SummaryManager] = None):
+               summary_manager: Optional[orbit.utils.SummaryManager] = None,
+               stop=None):
     self._watcher = watcher
     self._checkpoint_manager = checkpoint_manager
     self._global_step = global_step
     self._summary_manager = summary_manager
+    self._stop = stop
 
   def __call__(self, output) -> None:
-    if self._watcher.received is None:
+    asked = self._stop.reason if self._stop is not None else None
+    if self._watcher.received is None and asked is None:
       return
     step = int(self._global_step.numpy())
     if self._summary_manager is not None and output:
@@ -445,6 +466,8 @@ class SaveAndStopIfPreempted:
     if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
       manager.save(checkpoint_number=step, check_interval=False)
     manager.sync()
+    if self._watcher.received is None:
+      raise Stopped(step, asked)
     raise Preempted(step, self._watcher.signal_name)
 
 

@@ -9,11 +9,49 @@ import dataclasses
 
 from official.core import base_trainer
 from official.core import config_definitions
+from official.modeling import hyperparams
 
 from tfm_ext.training import registry
 
 TRAINERS = registry.Registry("trainer")
 DEFAULT_TRAINER = "custom"
+
+
+@dataclasses.dataclass
+class EarlyStoppingConfig(hyperparams.Config):
+  """`trainer.early_stopping`: ends training when an evaluation stalls.
+
+  Attributes:
+    metric: the evaluation's log to watch (`accuracy`, `validation_loss`);
+      "" (the default) turns it off.
+    mode: "max" (higher is better) or "min"; "auto": "min" for a name with
+      "loss" or "error" in it, else "max".
+    patience: how many evaluations in a row may fail to improve on the best
+      by more than `min_delta` before the run stops (saving first).
+    min_delta: the least change that counts as better.
+  """
+  metric: str = ""
+  mode: str = "auto"
+  patience: int = 5
+  min_delta: float = 0.0
+
+
+@dataclasses.dataclass
+class ReduceLROnPlateauConfig(hyperparams.Config):
+  """`trainer.reduce_lr_on_plateau`: lowers the learning rate on a plateau.
+
+  A factor on top of any TFM learning-rate schedule: after `patience`
+  evaluations in a row without improving on the best by more than
+  `min_delta`, the factor is multiplied by `factor`, while the schedule's
+  rate times the factor stays above `min_lr`. `metric`, `mode`: as
+  `EarlyStoppingConfig`'s; "" turns it off.
+  """
+  metric: str = ""
+  mode: str = "auto"
+  factor: float = 0.1
+  patience: int = 2
+  min_delta: float = 0.0
+  min_lr: float = 0.0
 
 
 @dataclasses.dataclass
@@ -27,6 +65,10 @@ class TrainerConfig(config_definitions.TrainerConfig):
       iterator's position, so a resumed run sees exactly the data an
       uninterrupted one would (`CustomTrainer`; costs the size of the
       iterator's buffers in each checkpoint).
+    early_stopping: ends training when an evaluation metric stalls
+      (`EarlyStoppingConfig`; off by default).
+    reduce_lr_on_plateau: lowers the learning rate when it stalls
+      (`ReduceLROnPlateauConfig`; off by default).
 
   Experiments whose config lacks these fields (TFM's own) get them, with
   these defaults, when the launcher builds their params.
@@ -34,13 +76,18 @@ class TrainerConfig(config_definitions.TrainerConfig):
   name: str = DEFAULT_TRAINER
   best_checkpoint_top_k: int = 1
   checkpoint_input_iterator: bool = True
+  early_stopping: EarlyStoppingConfig = dataclasses.field(
+      default_factory=EarlyStoppingConfig)
+  reduce_lr_on_plateau: ReduceLROnPlateauConfig = dataclasses.field(
+      default_factory=ReduceLROnPlateauConfig)
 
 
 def added_fields():
   """The fields `TrainerConfig` adds to TFM's, with their defaults."""
   base = {f.name for f in dataclasses.fields(config_definitions.TrainerConfig)}
-  return {f.name: f.default for f in dataclasses.fields(TrainerConfig)
-          if f.name not in base}
+  return {f.name: (f.default_factory().as_dict()
+                   if f.default is dataclasses.MISSING else f.default)
+          for f in dataclasses.fields(TrainerConfig) if f.name not in base}
 
 
 def register_trainer(name: str):
