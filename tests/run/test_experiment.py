@@ -51,7 +51,6 @@ def test_train_and_post_eval_returns_the_logs_of_its_evaluation(
 NOTEBOOK = """
 import json, sys
 import tfm_ext
-import registry_imports
 
 root, out = sys.argv[1], {}
 try:

@@ -143,6 +143,8 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
     # A notebook or a script of its own parsed no absl flags: their
     # defaults (the log goes to model_dir/logs/, warnings to the console).
     absl_flags.FLAGS([sys.argv[0] if sys.argv else "tfm_ext"])
+  # The embedded default is always registered, as the launcher has it.
+  from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
   failures.reset()
   try:
     environment.check()
