@@ -321,6 +321,33 @@ def test_a_store_that_cannot_be_reached_is_refused_in_bounded_time(
   assert 1 <= tries <= 6, tries
 
 
+def test_an_input_on_a_silent_store_is_refused_in_bounded_time(gcs_box,
+                                                                tmp_path):
+  # The model_dir is local; the training data is in a bucket whose server
+  # accepts the connection and never answers: the pattern's lookup is
+  # bounded and said as the model_dir's is.
+  pattern = gcs_box.bucket_url("data/train-*")
+  argv = [sys.executable, TRAIN, "--experiment=digits_convnet",
+          "--mode=train", f"--model_dir={tmp_path / 'm'}",
+          f"--params_override=task.train_data.input_path={pattern}"]
+  started = time.monotonic()
+  proc = gcs_box.run(gcs_box_lib.without_server(argv, "silent"),
+                     cwd=str(tmp_path), timeout=300,
+                     env={"PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2",
+                          "PYTHONUNBUFFERED": "1"})
+  seconds = time.monotonic() - started
+  report = f"exit {proc.returncode} after {seconds:.0f}s: {proc.stderr[-3000:]}"
+  assert proc.returncode == 2 and seconds < BAD_BUCKET_SECONDS, report
+  errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1 and "Traceback" not in proc.stderr, report
+  assert errors[0].startswith(
+      f"error: task.train_data.input_path={pattern!r}: gs://tfm-ext-test "
+      "could not be reached within 20s"), report
+  assert "waiting for gs://tfm-ext-test to answer (10s; at most 20s)" in (
+      proc.stderr), report
+  assert not (tmp_path / "m").exists()
+
+
 # -- A record another process rewrote, read through TF's stale caches -------
 
 

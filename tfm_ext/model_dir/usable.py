@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import threading
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -136,28 +136,62 @@ def _check_store(model_dir: str, timeout: float) -> None:
     except Exception as e:  # pylint: disable=broad-except
       result["error"] = e
 
-  thread = threading.Thread(target=stat, daemon=True,
-                            name="tfm_ext_model_dir_usable")
-  thread.start()
-  thread.join(min(timeout, SAY_SECONDS))
-  if thread.is_alive():  # Said, as every wait of the start is.
-    print(f"waiting for {bucket or model_dir} to answer ({SAY_SECONDS:.0f}s; "
-          f"at most {timeout:.0f}s)", file=sys.stderr, flush=True)
-    thread.join(max(timeout - SAY_SECONDS, 0))
   where = f"--model_dir={model_dir!r}"
-  if thread.is_alive():
-    raise UsageError(
-        f"{where}: {bucket or 'the store'} could not be reached within "
-        f"{timeout:.0f}s (no connection, or no answer: TensorFlow retries "
-        "for minutes). Check the network: that this host reaches the "
-        "store (www.googleapis.com for gs://), through a proxy if it needs "
-        "one (HTTPS_PROXY), and that a firewall lets it through.")
+  within(stat, where, bucket or "the store", timeout)
   error: Optional[BaseException] = result.get("error")
   if error is not None:
     raise UsageError(f"{where}: " + _store_refusal(error, bucket))
   if result.get("exists") and not result.get("isdir"):
     raise UsageError(f"{where} is an object, not a directory. Give a "
                      "directory.")
+
+
+def within(call: Callable[[], Any], where: str, store: str,
+           timeout: float = STORE_TIMEOUT_SECONDS) -> Any:
+  """`call()`'s value, if a store answers it within `timeout` seconds.
+
+  In a daemon thread: TensorFlow's client retries an unreachable or silent
+  store for minutes. From `SAY_SECONDS` on, the wait is said; past
+  `timeout`, the thread is left blocked and the job refused (it exits at
+  once, so it makes no request after that). What `call` raises is raised.
+
+  Raises:
+    UsageError: no answer in time, naming `where` (the flag or field) and
+      `store`.
+  """
+  result = {}
+
+  def run():
+    try:
+      result["value"] = call()
+    except BaseException as e:  # pylint: disable=broad-except
+      result["error"] = e
+
+  thread = threading.Thread(target=run, daemon=True,
+                            name="tfm_ext_store_within")
+  thread.start()
+  thread.join(min(timeout, SAY_SECONDS))
+  if thread.is_alive():  # Said, as every wait of the start is.
+    print(f"waiting for {store} to answer ({SAY_SECONDS:.0f}s; at most "
+          f"{timeout:.0f}s)", file=sys.stderr, flush=True)
+    thread.join(max(timeout - SAY_SECONDS, 0))
+  if thread.is_alive():
+    raise UsageError(
+        f"{where}: {store} could not be reached within {timeout:.0f}s (no "
+        "connection, or no answer: TensorFlow retries for minutes). Check "
+        "the network: that this host reaches the store (www.googleapis.com "
+        "for gs://), through a proxy if it needs one (HTTPS_PROXY), and "
+        "that a firewall lets it through.")
+  if "error" in result:
+    raise result["error"]
+  return result.get("value")
+
+
+def store_of(path: str) -> str:
+  """The bucket (`gs://b`) or store (`s3://b`, `ram://`) that `path` is in."""
+  scheme, _, rest = path.partition("://")
+  return f"{scheme}://{rest.split('/')[0]}" if scheme in BUCKETS else (
+      f"{scheme}://")
 
 
 def _store_refusal(error: BaseException, bucket: str) -> str:
