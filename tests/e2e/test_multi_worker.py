@@ -3,6 +3,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -98,3 +100,62 @@ def test_sigterm_to_one_worker_saves_on_both_exits_42_and_resumes(
   summary = results[0].summary()
   assert summary["global_step"] == 400
   assert summary["resumed_from_step"] == saved
+
+
+SERVER = """
+import tensorflow as tf
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                     task_index=resolver.task_id, protocol="grpc").join()
+"""
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_trains_and_a_sidecar_evaluates(
+    launch, tmp_path):
+  # TFM's parameter-server training: a worker and a ps (TensorFlow's
+  # servers, as a cluster runs them) and the chief, our launcher, on
+  # loopback; then the evaluator the refusal of train_and_eval names.
+  chief, worker, ps = free_ports(3)
+  cluster = {"chief": [f"127.0.0.1:{chief}"],
+             "worker": [f"127.0.0.1:{worker}"], "ps": [f"127.0.0.1:{ps}"]}
+
+  def tf_config(kind):
+    return json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}})
+
+  servers = [subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-c", SERVER], stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+      env={**os.environ, "TF_CONFIG": tf_config(kind),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}) for kind in ("worker", "ps")]
+  try:
+    model_dir = tmp_path / "ps"
+    trained = launch(
+        "--experiment=digits_convnet", "--mode=train",
+        "--params_override=runtime.distribution_strategy=parameter_server,"
+        "trainer.train_steps=20,trainer.steps_per_loop=10,"
+        "trainer.summary_interval=10,trainer.checkpoint_interval=10",
+        model_dir=model_dir, env={"TF_CONFIG": tf_config("chief"),
+                                  "GCE_METADATA_IP": "127.0.0.1:9"})
+  finally:
+    for server in servers:
+      server.kill()
+      server.wait()
+  assert trained.returncode == 0, trained
+  assert "done | train | step 20" in trained.stdout, trained.stdout
+  summary = trained.summary()
+  assert summary["strategy"].startswith("ParameterServerStrategy"), summary
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
+  refused = launch("--experiment=digits_convnet", "--mode=train_and_eval",
+                   "--params_override=runtime.distribution_strategy="
+                   "parameter_server", model_dir=tmp_path / "refused",
+                   env={"TF_CONFIG": tf_config("chief")})
+  assert refused.returncode == 2, refused
+  assert "--mode=continuous_eval" in refused.stderr, refused.stderr
+  sidecar = launch(
+      "--experiment=digits_convnet", "--mode=continuous_eval",
+      "--params_override=runtime.distribution_strategy=one_device",
+      model_dir=model_dir)
+  assert sidecar.returncode == 0, sidecar
+  assert "continuous_eval | 2 checkpoint(s) evaluated here" in (
+      sidecar.stdout), sidecar.stdout

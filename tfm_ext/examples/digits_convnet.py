@@ -58,7 +58,10 @@ def bundled_tfrecords(split: str) -> str:
   """
   path = os.path.join(data_dir(), f"{split}-00000-of-00001.tfrecord")
   if not os.path.exists(path):
-    _write_bundled_tfrecords(data_dir())
+    # Eagerly, wherever it is called from: a parameter server's coordinator
+    # traces the input function as a graph.
+    with tf.init_scope():
+      _write_bundled_tfrecords(data_dir())
   return path
 
 
