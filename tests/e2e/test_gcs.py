@@ -178,7 +178,9 @@ def test_a_bucket_run_that_fails_or_is_preempted_leaves_no_local_log(
       env=_job_env(data_dir, tmp_path / "t2"), timeout=300)
   assert refused.returncode == 2, refused
   assert "does not fit" in refused.stderr, refused
-  assert len(_logs(gcs_box, prefix)) == 2  # Both logs copied to the bucket.
+  # The preempted run's log is copied to the bucket; the refused one, which
+  # wrote nothing, takes its log back (tests/e2e/test_refused_jobs.py).
+  assert len(_logs(gcs_box, prefix)) == 1
   nan = forked_in.run(
       gcs_box, ["--experiment=digits_nan", "--mode=train",
                 f"--model_dir={gcs_box.bucket_url(prefix + '-nan')}",
