@@ -136,7 +136,7 @@ def test_a_long_training_loop_says_where_it_is(launch_forked, tmp_path):
   inside = [line for line in run.stdout.splitlines() if "| in loop |" in line]
   assert len(inside) >= 2, run.stdout
   steps = [int(line.split()[1].split("/")[0]) for line in inside]
-  assert steps == sorted(steps) and 1 < steps[0] < steps[-1] < 800, steps
+  assert steps == sorted(steps) and 1 < steps[0] < steps[-1] <= 800, steps
   for line in inside:
     assert line.startswith("step ") and "/800 | in loop | " in line
     assert " ex/s | ETA " in line, line
