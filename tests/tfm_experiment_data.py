@@ -21,7 +21,8 @@ a random crop of the whole frame) change no pixel: two runs that draw
 different random numbers still see the same batches.
 
 `python tests/tfm_experiment_data.py init_checkpoint ...` writes an
-experiment's freshly built model (`write_initial_checkpoint`).
+experiment's freshly built model (`write_initial_checkpoint`);
+`... ranking_predictions ...` prints DLRM's at a checkpoint.
 """
 
 import json
@@ -183,7 +184,7 @@ def segmentation_example(pixels: np.ndarray, objects) -> bytes:
       feature=features)).SerializeToString()
 
 
-def write_segmentation(directory: str, size: int = 64) -> str:
+def write_segmentation(directory: str, size: int = 32) -> str:
   """Writes `train.tfrecord` (4 images) and `val.tfrecord` (2); returns it."""
   images = square_images(size, 6)
   examples = [segmentation_example(image, _OBJECTS[i % 4])
@@ -263,6 +264,50 @@ _CHECKPOINT_ITEMS = ("retinanet_resnetfpn_coco", "seg_deeplabv3_pascal",
                      "dlrm_criteo")
 
 
+def experiment_params(experiment: str, config_file: str, override: str):
+  """The registered experiment's config, its YAML and `--params_override`
+  applied as TFM's scripts apply them."""
+  # pylint: disable=g-import-not-at-top
+  from official.core import exp_factory
+  from official.modeling import hyperparams
+  # pylint: enable=g-import-not-at-top
+  params = exp_factory.get_exp_config(experiment)
+  for each in (config_file, override):
+    params = hyperparams.override_params_dict(params, each, is_strict=True)
+  return params
+
+
+def _built_model(experiment: str, config_file: str, override: str):
+  """The experiment's model as its task builds it, its variables made."""
+  from official.core import task_factory  # pylint: disable=g-import-not-at-top
+  params = experiment_params(experiment, config_file, override)
+  if experiment != "dlrm_criteo":
+    return task_factory.get_task(params.task).build_model()
+  # Stock's ranking train.py builds it so.
+  from official.recommendation.ranking import task  # pylint: disable=g-import-not-at-top
+  model = task.RankingTask(params.task,
+                           trainer_config=params.trainer).build_model()
+  # Its layers make their variables on the first call.
+  model(_criteo_features(np.zeros(
+      [2, 1 + params.task.model.num_dense_features +
+       len(params.task.model.vocab_sizes)], np.float32)))
+  return model
+
+
+def _criteo_features(rows: np.ndarray):
+  """DLRM's inputs of Criteo rows: label, 13 dense features, the ids."""
+  return {"dense_features": tf.constant(rows[:, 1:14]),
+          "sparse_features": {str(i): tf.constant(rows[:, 14 + i], tf.int64)
+                              for i in range(rows.shape[1] - 14)}}
+
+
+def criteo_rows(path: str, count: int = 2) -> np.ndarray:
+  """The first `count` rows of a Criteo TSV (`write_criteo`), as floats."""
+  with open(path) as f:
+    return np.array([line.split("\t") for line in
+                     f.read().splitlines()[:count]], dtype=np.float32)
+
+
 def write_initial_checkpoint(experiment: str, config_file: str,
                              override: str, path: str) -> str:
   """Writes a freshly built model of the experiment as its task restores it.
@@ -272,44 +317,39 @@ def write_initial_checkpoint(experiment: str, config_file: str,
   `init_checkpoint_modules: all` as it is laid out here. Returns the
   checkpoint's path.
   """
-  # pylint: disable=g-import-not-at-top
-  from official.core import exp_factory
-  from official.core import task_factory
-  from official.modeling import hyperparams
-  # pylint: enable=g-import-not-at-top
-  params = exp_factory.get_exp_config(experiment)
-  params = hyperparams.override_params_dict(params, config_file,
-                                            is_strict=True)
-  params = hyperparams.override_params_dict(params, override, is_strict=True)
-  if experiment == "dlrm_criteo":  # Stock's ranking train.py builds it so.
-    from official.recommendation.ranking import task  # pylint: disable=g-import-not-at-top
-    model = task.RankingTask(params.task,
-                             trainer_config=params.trainer).build_model()
-    # Its layers make their variables on the first call.
-    sizes = params.task.model.vocab_sizes
-    model({"dense_features": tf.zeros(
-        [2, params.task.model.num_dense_features]),
-           "sparse_features": {str(i): tf.zeros([2], tf.int64)
-                               for i in range(len(sizes))}})
-  else:
-    model = task_factory.get_task(params.task).build_model()
+  model = _built_model(experiment, config_file, override)
   items = (model.checkpoint_items if experiment in _CHECKPOINT_ITEMS
            and hasattr(model, "checkpoint_items") else {"model": model})
   return tf.train.Checkpoint(**items).write(path)
 
 
+def ranking_predictions(config_file: str, override: str, checkpoint: str,
+                        rows_path: str) -> List[float]:
+  """DLRM's predictions for `criteo_rows(rows_path)`, its weights those of
+  a training checkpoint (`model=`): what its export must serve."""
+  model = _built_model("dlrm_criteo", config_file, override)
+  tf.train.Checkpoint(model=model).read(checkpoint).expect_partial()
+  features = _criteo_features(criteo_rows(rows_path))
+  return model(features, training=False).numpy().tolist()
+
+
 def _main(argv):
-  """`init_checkpoint EXPERIMENT CONFIG_FILE OVERRIDE PATH`, for a launcher."""
+  """`init_checkpoint EXPERIMENT CONFIG_FILE OVERRIDE PATH`, or
+  `ranking_predictions CONFIG_FILE OVERRIDE CHECKPOINT ROWS` (JSON), for
+  a process of the experiment's own."""
   command, *args = argv
-  if command != "init_checkpoint":
+  if command not in ("init_checkpoint", "ranking_predictions"):
     raise SystemExit(f"unknown command {command!r}")
   # pylint: disable=g-import-not-at-top,unused-import
-  if args[0] == "dlrm_criteo":
-    from official.recommendation.ranking.configs import config
-  else:
+  if command == "init_checkpoint" and args[0] != "dlrm_criteo":
     import official.vision.registry_imports
+  else:
+    from official.recommendation.ranking.configs import config
   # pylint: enable=g-import-not-at-top,unused-import
-  print(write_initial_checkpoint(*args))
+  if command == "init_checkpoint":
+    print(write_initial_checkpoint(*args))
+  else:
+    print(json.dumps(ranking_predictions(*args)))
 
 
 if __name__ == "__main__":

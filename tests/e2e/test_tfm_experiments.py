@@ -1,8 +1,10 @@
 """TFM's own registered experiments run through our launcher as through stock TFM.
 
-Each experiment of the matrix is shrunk by its YAML in `tests/e2e/tfm_configs/`
-(the smallest backbone TFM accepts, 32x32 to 128x128 images, batches of 2)
-and fed the records of `tests/tfm_experiment_data.py` (real photos):
+Each experiment of the matrix keeps TFM's task, its decoder and head kinds,
+losses, metrics and serving module, and is shrunk by its YAML in
+`tests/e2e/tfm_configs/` (ResNet-10 backbones, a quarter-width MobileNetV1,
+the 3D ResNet-50, TFM's smallest; 32x32 to 64x64 images, batches of 2); it
+is fed the records of `tests/tfm_experiment_data.py` (real photos):
 
   * stock TFM (`official/vision/train.py`; for DLRM
     `official/recommendation/ranking/train.py`) and our launcher each run
@@ -19,30 +21,41 @@ and fed the records of `tests/tfm_experiment_data.py` (real photos):
     step's summary, so ours at steps 1 and 2 average to stock's at step 2
     (to 1e-6: a mean of two floats). Validation metrics at step 4 equal
     stock's (to 1e-6: COCO's evaluator is NumPy on the same inputs);
-  * on a copy of our model_dir, a relaunch with more `train_steps` resumes
-    from step 4, and `eval` and `continuous_eval` report what stock's
-    evaluation at step 4 reported;
-  * our `export` takes what stock's exporter
-    (`official/vision/serving/export_saved_model.py`, run on our ckpt-4)
-    takes, a uint8 image batch, and answers as it does, to 1e-6.
+  * our `export` of ckpt-4 takes what stock's exporter
+    (`export_saved_model.py`'s `export_inference_graph` on our ckpt-4, both
+    told `--batch_size`, stock's the image size ours takes from the config)
+    takes, a uint8 image batch, and answers as it does, to 1e-6. DLRM,
+    which TFM has no exporter for, serves its model's own inputs and
+    answers as the model restored from ckpt-4 does;
+  * on a copy of our model_dir, a relaunch (`train`) with more
+    `train_steps` resumes from step 4, and `eval` and `continuous_eval`
+    report what stock's evaluation at step 4 reported.
 
 And every mode stock TFM's train_lib can run is one of ours.
 
-DLRM, which TFM has no exporter for, exports its model's own inputs.
+Shared: an experiment's initial checkpoint, both runs and stock's export are
+one fixture (`trained`), built once a session for every xdist worker; the
+tests read it or work on copies. Our launches and stock's runs fork from one
+process that imported TensorFlow once (conftest's `run_forked`); the initial
+checkpoint and stock's export are written in the test process, stock's
+without Keras's traces of each layer (serving calls none).
 
-Cut for time (the module may add ~5 CPU minutes to the suite): Mask R-CNN,
-DeepLab, the video model and MobileNet (a second classifier) run only with
-`TFM_EXT_FULL_TFM_MATRIX=1`; the export of the first three against TFM's
-exporter runs in every suite (tests/model_dir/test_tfm_export.py).
-Measured with it (`-n 0 --durations=0`, on a machine shared with other
-runs): 24 minutes wall, 12.8 CPU minutes; their stock comparisons alone
-took 230, 250 and 105 s wall, Mask R-CNN's evaluation build 270 s. Without
-it, ResNet, MobileNet, RetinaNet and DLRM run every test: 21 tests, 6
-minutes wall and 6.2 CPU minutes (`-n 0`). Our launches and
-stock's vision runs fork from one process that imported TensorFlow once
-(conftest's `run_forked`); DLRM's start afresh.
+Cut for time: the third point runs for ResNet, RetinaNet and DLRM; for
+MobileNet, Mask R-CNN, DeepLab and the video model only with
+`TFM_EXT_FULL_TFM_MATRIX=1` (about 2.5 CPU minutes more). Measured on
+2026-12-05 (`-n 0`, 2 cores shared with other runs, load average 1 to 3),
+with tests/model_dir/test_tfm_export.py (which no longer exports TFM's
+experiments on untrained checkpoints: this matrix does on trained ones):
+31 tests, 6.9 minutes wall, 6.9 CPU minutes. CPU seconds of an
+experiment's fixture and export: Mask R-CNN 75 and 24, the video model 52
+and 28, RetinaNet 37 and 14, DeepLab 30 and 12, ResNet 24 (the session's
+data and forking process included) and 6, MobileNet 19 and 11, DLRM 11 and
+2; the third point 31 for RetinaNet, 13 for ResNet, 8 for DLRM. Before,
+when only ResNet, RetinaNet and DLRM ran here, in the same conditions: 26
+tests, 6.8 minutes wall, 6.3 CPU minutes.
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -50,7 +63,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from typing import Dict, Tuple
 
 import numpy as np
@@ -69,8 +81,7 @@ import tfm_experiment_data as data
 CONFIGS = os.path.join(REPO, "tests", "e2e", "tfm_configs")
 OFFICIAL = os.path.dirname(official.__file__)
 VISION_TRAIN = os.path.join(OFFICIAL, "vision", "train.py")
-VISION_EXPORT = os.path.join(OFFICIAL, "vision", "serving",
-                             "export_saved_model.py")
+RANKING_TRAIN = os.path.join(OFFICIAL, "recommendation", "ranking", "train.py")
 DATA_WRITERS = os.path.join(REPO, "tests", "tfm_experiment_data.py")
 STEPS = 4
 FULL = os.environ.get("TFM_EXT_FULL_TFM_MATRIX") == "1"
@@ -83,37 +94,40 @@ class Experiment:
   data: str  # A folder of the data fixture.
   train: str  # Input patterns, in that folder.
   validation: str
-  image_size: Tuple[int, ...] = ()  # What stock's exporter is told.
+  image_size: Tuple[int, ...] = ()  # Stock's exporter's; frames first.
   extra: str = ""  # More overrides; {data} is the folder.
   ranking: bool = False
-  cheap: bool = True  # Its tests run without TFM_EXT_FULL_TFM_MATRIX.
+  # Its eval, continuous_eval and resume tests run without
+  # TFM_EXT_FULL_TFM_MATRIX (training and export always run).
+  every_mode: bool = True
 
 
 _COCO = ",task.annotation_file={data}/val.json"
 EXPERIMENTS = {e.name: e for e in [
     Experiment("resnet_imagenet", "imagenet", "train-*", "validation-*",
-               (64, 64)),
-    # A second classifier: ResNet's tests cover the task; cut for time.
+               (32, 32)),
     Experiment("mobilenet_imagenet", "imagenet", "train-*", "validation-*",
-               (64, 64), cheap=False),
+               (64, 64), every_mode=False),
     Experiment("retinanet_resnetfpn_coco", "detection", "train.tfrecord",
-               "val.tfrecord", (128, 128), extra=_COCO),
+               "val.tfrecord", (64, 64), extra=_COCO),
     Experiment("maskrcnn_resnetfpn_coco", "detection", "train.tfrecord",
-               "val.tfrecord", (128, 128), extra=_COCO, cheap=False),
+               "val.tfrecord", (64, 64), extra=_COCO, every_mode=False),
     Experiment("seg_deeplabv3_pascal", "segmentation", "train.tfrecord",
-               "val.tfrecord", (64, 64), cheap=False),
+               "val.tfrecord", (32, 32), every_mode=False),
     Experiment("video_classification_kinetics400", "video", "train.tfrecord",
-               "val.tfrecord", (32, 32), cheap=False),
+               "val.tfrecord", (4, 32, 32), every_mode=False),
     Experiment("dlrm_criteo", "criteo", "train.tsv", "val.tsv",
                ranking=True),
 ]}
 VISION = [n for n, e in EXPERIMENTS.items() if not e.ranking]
+SERVING_BATCH = 2  # Both exporters' --batch_size.
 
 
-def _experiment_params():
-  """The experiments whose tests run: the cheap ones, or all if FULL."""
-  return [pytest.param(name, marks=() if e.cheap or FULL else pytest.mark.skip(
-      reason="set TFM_EXT_FULL_TFM_MATRIX=1 (20-45 CPU s a launch)"))
+def _every_mode_params():
+  """Every experiment; those without `every_mode` skipped unless FULL."""
+  return [pytest.param(name, marks=() if e.every_mode or FULL else
+                       pytest.mark.skip(reason="TFM_EXT_FULL_TFM_MATRIX=1 "
+                                        "runs it (module docstring)"))
           for name, e in EXPERIMENTS.items()]
 
 
@@ -162,13 +176,6 @@ def config_file(experiment: Experiment) -> str:
   return os.path.join(CONFIGS, f"{experiment.name}.yaml")
 
 
-def _run(argv, env, timeout=600) -> subprocess.CompletedProcess:
-  """A fresh interpreter: stock TFM as a user runs it, or our launcher."""
-  return subprocess.run([sys.executable, *argv], capture_output=True,
-                        text=True, timeout=timeout, cwd=REPO,
-                        env={**os.environ, **env})
-
-
 def _failed(proc) -> str:
   return (f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n"
           f"--- stderr\n{proc.stderr[-6000:]}")
@@ -176,39 +183,38 @@ def _failed(proc) -> str:
 
 @pytest.fixture(scope="session")
 def python(run_forked):
-  """`python(experiment, argv)`: `python ARGV...` to its end.
+  """`python(experiment, SCRIPT, ARGV...)`: `python SCRIPT ARGV...` to its end.
 
   Forked (conftest's `run_forked`: a fresh process but for the third-party
-  imports), but for DLRM: TensorFlow Recommenders needs `tf.keras`
-  undecided when its process starts, so DLRM's runs start afresh.
+  imports, which leave `tf.keras` undecided: DLRM's take Keras 2).
   """
 
-  def run(experiment: Experiment, argv) -> subprocess.CompletedProcess:
-    if experiment.ranking:
-      return _run(argv, _env(experiment))
+  def run(experiment: Experiment, *argv) -> subprocess.CompletedProcess:
     return run_forked(*argv, timeout=600, env=_env(experiment))
 
   return run
 
 
 def _train_command(experiment: Experiment, mode: str, model_dir: str,
-                   override: str):
+                   override: str, flags=()):
   return [f"--experiment={experiment.name}", f"--mode={mode}",
           f"--model_dir={model_dir}",
           f"--config_file={config_file(experiment)}",
-          f"--params_override={override}"]
+          f"--params_override={override}", *flags]
 
 
 @pytest.fixture(scope="session")
 def ours(python):
-  """`ours(experiment, mode, model_dir, override)`: our launcher's run."""
+  """`ours(experiment, mode, model_dir, override, flags)`: our launcher's
+  run, with more `flags` if given."""
 
-  def run(experiment: Experiment, mode: str, model_dir: str, override: str):
-    launcher = (["-m", "tfm_ext", "--registry=tfm_ext.training.ranking",
-                 "--trainer=ranking"] if experiment.ranking else
-                [TRAIN, "--registry=official.vision.registry_imports"])
-    return python(experiment, launcher + _train_command(
-        experiment, mode, model_dir, override))
+  def run(experiment: Experiment, mode: str, model_dir: str, override: str,
+          flags=()):
+    registry = (["--registry=tfm_ext.training.ranking", "--trainer=ranking"]
+                if experiment.ranking else
+                ["--registry=official.vision.registry_imports"])
+    return python(experiment, TRAIN, *registry, *_train_command(
+        experiment, mode, model_dir, override, flags))
 
   return run
 
@@ -218,9 +224,8 @@ def stock(python):
   """`stock(experiment, mode, model_dir, override)`: stock TFM's train.py."""
 
   def run(experiment: Experiment, mode: str, model_dir: str, override: str):
-    script = (["-m", "official.recommendation.ranking.train"]
-              if experiment.ranking else [VISION_TRAIN])
-    return python(experiment, script + _train_command(
+    script = RANKING_TRAIN if experiment.ranking else VISION_TRAIN
+    return python(experiment, script, *_train_command(
         experiment, mode, model_dir, override))
 
   return run
@@ -228,39 +233,96 @@ def stock(python):
 
 @dataclasses.dataclass(frozen=True)
 class Trained:
-  """Both runs of an experiment, from the same initial checkpoint."""
+  """Both runs of an experiment from the same initial checkpoint, and
+  stock's export of ours."""
   experiment: Experiment
   data: str
   init_checkpoint: str
   stock: str  # model_dirs
   ours: str
+  stock_export: str  # Stock's exporter's SavedModel of our ckpt-4 (vision).
 
   def override(self, steps=STEPS):
     return overrides(self.experiment, self.data, steps, self.init_checkpoint)
 
 
+@contextlib.contextmanager
+def _float32_without_traces():
+  """Keras's float32 policy, as a new process's, and saves without traces.
+
+  For TFM's code run in this process: a session's earlier test may have set
+  a bfloat16 policy. Without Keras's traces of each layer's `call`, stock's
+  exporter writes the same `serving_default` (serving calls none of them)
+  in about half the time.
+  """
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tf_keras.src.saving.legacy.saved_model import utils  # pylint: disable=g-import-not-at-top
+  policy = tf_keras.mixed_precision.global_policy()
+  tf_keras.mixed_precision.set_global_policy("float32")
+  try:
+    with utils.keras_option_scope(save_traces=False):
+      yield
+  finally:
+    tf_keras.mixed_precision.set_global_policy(policy)
+
+
+def _stock_export(experiment: Experiment, override: str, checkpoint: str,
+                  export_dir: str) -> None:
+  """What stock's export_saved_model.py writes of `checkpoint` (uint8 image
+  tensors): its `export_inference_graph` as its main calls it."""
+  from official.vision.serving import export_saved_model_lib  # pylint: disable=g-import-not-at-top
+  params = data.experiment_params(experiment.name, config_file(experiment),
+                                  override)
+  params.validate()
+  params.lock()
+  export_saved_model_lib.export_inference_graph(
+      input_type="image_tensor", batch_size=SERVING_BATCH,
+      input_image_size=list(experiment.image_size), params=params,
+      checkpoint_path=checkpoint, export_dir=export_dir,
+      export_checkpoint_subdir="checkpoint",
+      export_saved_model_subdir="saved_model")
+
+
 @pytest.fixture(scope="session")
 def trained(tfm_data, tmp_path_factory, python, stock, ours):
-  """`trained(name)`: a `Trained`, built once a session for every worker."""
+  """`trained(name)`: a `Trained`, built once a session for every worker.
+
+  The initial checkpoint and stock's export are written in this process
+  (for DLRM, the checkpoint in a process of Keras 2): stock's exporter then
+  reuses what building the model converted (AutoGraph, which is most of a
+  Mask R-CNN's build), instead of a process of its own converting it again.
+  """
 
   def build(name) -> Trained:
     experiment = EXPERIMENTS[name]
 
     def train(path):
       init = os.path.join(path, "init", "ckpt")
-      written = python(experiment, [
-          DATA_WRITERS, "init_checkpoint", name, config_file(experiment),
-          overrides(experiment, tfm_data), init])
-      assert written.returncode == 0, _failed(written)
+      if experiment.ranking:
+        written = python(experiment, DATA_WRITERS, "init_checkpoint", name,
+                         config_file(experiment),
+                         overrides(experiment, tfm_data), init)
+        assert written.returncode == 0, _failed(written)
+      else:
+        import official.vision.registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+        with _float32_without_traces():
+          data.write_initial_checkpoint(name, config_file(experiment),
+                                        overrides(experiment, tfm_data), init)
       override = overrides(experiment, tfm_data, init_checkpoint=init)
       for run, where in ((stock, "stock"), (ours, "ours")):
         proc = run(experiment, "train_and_eval", os.path.join(path, where),
                    override)
         assert proc.returncode == 0, f"{where}: {_failed(proc)}"
+      if not experiment.ranking:
+        with _float32_without_traces():
+          _stock_export(experiment, override,
+                        os.path.join(path, "ours", f"ckpt-{STEPS}"),
+                        os.path.join(path, "stock_export"))
 
     path = built_once(tmp_path_factory, f"tfm_{name}", train)
     return Trained(experiment, tfm_data, os.path.join(path, "init", "ckpt"),
-                   os.path.join(path, "stock"), os.path.join(path, "ours"))
+                   os.path.join(path, "stock"), os.path.join(path, "ours"),
+                   os.path.join(path, "stock_export", "saved_model"))
 
   return build
 
@@ -290,28 +352,37 @@ def checkpoint_at(model_dir: str, step: int) -> Dict[str, np.ndarray]:
 
 
 def _ours_on_a_copy(ours, runs: Trained, mode: str, tmp_path, steps=STEPS,
-                    without=()):
-  """Our launcher in `mode` on a copy of our trained model_dir, less
-  its subfolders `without`; it must exit 0. Returns it and the copy."""
+                    without=(), flags=()):
+  """Our launcher in `mode` (with more `flags`) on a copy of our trained
+  model_dir, less its subfolders `without`; it must exit 0. Returns it and
+  the copy."""
   model_dir = str(tmp_path / mode)
   shutil.copytree(runs.ours, model_dir)
   for subdir in without:
     shutil.rmtree(os.path.join(model_dir, subdir))
-  proc = ours(runs.experiment, mode, model_dir, runs.override(steps))
+  proc = ours(runs.experiment, mode, model_dir, runs.override(steps), flags)
   assert proc.returncode == 0, f"{mode}: {_failed(proc)}"
   assert f"done | {mode} | step {steps}" in proc.stdout, proc.stdout
   return proc, model_dir
 
 
-def _our_export(ours, runs: Trained, tmp_path):
-  """`serving_default` of our `--mode=export` of ckpt-4."""
-  _, model_dir = _ours_on_a_copy(ours, runs, "export", tmp_path)
-  return tf.saved_model.load(os.path.join(
-      model_dir, "export", str(STEPS))).signatures["serving_default"]
+def _our_export(ours, runs: Trained, tmp_path, flags=()):
+  """`serving_default` of our `--mode=export` of ckpt-4, and its folder."""
+  proc, model_dir = _ours_on_a_copy(ours, runs, "export", tmp_path,
+                                    flags=flags)
+  path = os.path.join(model_dir, "export", str(STEPS))
+  assert (f"export @ step {STEPS} | {path} | from {model_dir}/ckpt-{STEPS}"
+          in proc.stdout), proc.stdout
+  with open(os.path.join(model_dir, "export_summary.json")) as f:
+    assert json.load(f)["global_step"] == STEPS
+  # The SavedModel itself; no copy left.
+  assert os.listdir(os.path.dirname(path)) == [str(STEPS)]
+  assert {"saved_model.pb", "variables"} <= set(os.listdir(path))
+  return tf.saved_model.load(path).signatures["serving_default"], path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _experiment_params())
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_trains_as_stock_tfm_from_the_same_weights(trained, name):
   runs = trained(name)
   theirs, mine = (checkpoint_at(runs.stock, STEPS),
@@ -347,7 +418,7 @@ def _validation_metrics(model_dir: str, step: int) -> Dict[str, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _experiment_params())
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_evaluates_as_stock_tfm(trained, name):
   runs = trained(name)
   theirs = _validation_metrics(runs.stock, STEPS)
@@ -357,11 +428,13 @@ def test_evaluates_as_stock_tfm(trained, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _experiment_params())
+@pytest.mark.parametrize("name", _every_mode_params())
 def test_resumes_from_the_saved_step_with_more_train_steps(trained, ours,
                                                            name, tmp_path):
-  proc, model_dir = _ours_on_a_copy(ours, trained(name), "train_and_eval",
-                                    tmp_path, steps=STEPS + 2)
+  # `train`: every training mode restores alike; what evaluation adds is
+  # the next test's.
+  proc, model_dir = _ours_on_a_copy(ours, trained(name), "train", tmp_path,
+                                    steps=STEPS + 2)
   # It restored ckpt-4 and trained steps 5 and 6 only.
   with open(os.path.join(model_dir, "run_summary.json")) as f:
     assert json.load(f)["resumed_from_step"] == STEPS
@@ -376,7 +449,7 @@ def test_resumes_from_the_saved_step_with_more_train_steps(trained, ours,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _experiment_params())
+@pytest.mark.parametrize("name", _every_mode_params())
 def test_eval_and_continuous_eval_report_what_stock_evaluated(
     trained, ours, name, tmp_path):
   runs = trained(name)
@@ -388,68 +461,84 @@ def test_eval_and_continuous_eval_report_what_stock_evaluated(
         theirs, rel=1e-6, abs=1e-6), mode
 
 
-def _serving_inputs(signature) -> Dict[str, np.ndarray]:
-  """Inputs for a signature: photo crops where it takes uint8 images."""
+def _serving_inputs(signature, size) -> Dict[str, tf.Tensor]:
+  """A batch of photo crops of `size` (frames first for a video), for a
+  signature that takes uint8 images."""
   _, specs = signature.structured_input_signature
-  inputs = {}
-  for key, spec in specs.items():
-    shape = [2 if d is None else d for d in spec.shape.as_list()]
-    if spec.dtype == tf.uint8 and len(shape) in (4, 5):
-      frames = data.uint8_images(shape[-2], shape[0] * (
-          shape[1] if len(shape) == 5 else 1))
-      inputs[key] = tf.constant(frames.reshape(shape))
-    else:
-      inputs[key] = tf.zeros(shape, spec.dtype)
-  return inputs
+  (key, spec), = specs.items()
+  assert spec.dtype == tf.uint8, specs
+  shape = [spec.shape[0], *size, spec.shape[-1]]
+  frames = data.uint8_images(size[-1], int(np.prod(shape[:-3])))
+  return {key: tf.constant(frames.reshape(shape))}
+
+
+def _assert_served(answer: Dict[str, np.ndarray], size) -> None:
+  """What a user reads in the answer of TFM's serving modules."""
+  if "probs" in answer:  # Classifiers, images and videos.
+    np.testing.assert_allclose(answer["probs"].sum(axis=-1), 1, rtol=1e-5)
+  if "num_detections" in answer:  # Detectors: a threshold of 0 keeps some.
+    assert answer["num_detections"].min() > 0, answer["num_detections"]
+  if "detection_masks" in answer:  # Mask R-CNN: a mask a detection.
+    assert answer["detection_masks"].shape[:2] == (
+        answer["detection_boxes"].shape[:2])
+  if "logits" in answer and answer["logits"].ndim == 4:  # Segmentation:
+    assert answer["logits"].shape[1:3] == tuple(size)  # the image's size.
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [p for p in _experiment_params()
-                                  if p.values[0] in VISION])
-def test_export_serves_uint8_images_as_stocks_exporter(trained, python, ours,
-                                                       name, tmp_path):
+@pytest.mark.parametrize("name", VISION)
+def test_export_serves_uint8_images_as_stocks_exporter(trained, ours, name,
+                                                       tmp_path):
+  """Both exporters told --batch_size; ours sizes images as evaluation does,
+  stock's is told that size."""
   runs = trained(name)
-  experiment = runs.experiment
-  stock_dir = str(tmp_path / "stock_export")
-  proc = python(experiment, [VISION_EXPORT, f"--experiment={name}",
-               f"--export_dir={stock_dir}",
-               f"--checkpoint_path={runs.ours}/ckpt-{STEPS}",
-               f"--config_file={config_file(experiment)}",
-               f"--params_override={runs.override()}",
-               "--input_type=image_tensor",
-               "--input_image_size=" + ",".join(
-                   map(str, experiment.image_size))])
-  assert proc.returncode == 0, f"stock export: {_failed(proc)}"
   stock_signature = tf.saved_model.load(
-      os.path.join(stock_dir, "saved_model")).signatures["serving_default"]
-  inputs = _serving_inputs(stock_signature)
+      runs.stock_export).signatures["serving_default"]
+  served, path = _our_export(ours, runs, tmp_path,
+                             flags=[f"--batch_size={SERVING_BATCH}"])
+  # And the config it was built from.
+  assert os.path.exists(os.path.join(path, "params.yaml"))
+  assert (served.structured_input_signature ==
+          stock_signature.structured_input_signature)
+  inputs = _serving_inputs(stock_signature, runs.experiment.image_size)
   expected = stock_signature(**inputs)
 
-  answer = _our_export(ours, runs, tmp_path)(**inputs)
+  answer = {key: value.numpy() for key, value in served(**inputs).items()}
   assert sorted(answer) == sorted(expected)
   for key, value in expected.items():
     assert answer[key].shape == value.shape, key
     if value.dtype.is_floating:
-      assert np.all(np.isfinite(answer[key].numpy())), key
-    np.testing.assert_allclose(answer[key].numpy(), value.numpy(),
+      assert np.all(np.isfinite(answer[key])), key
+    np.testing.assert_allclose(answer[key], value.numpy(),
                                rtol=1e-6, atol=1e-6, err_msg=key)
+  _assert_served(answer, runs.experiment.image_size[-2:])
 
 
 @pytest.mark.slow
-def test_export_serves_dlrm_on_criteo_rows(trained, ours, tmp_path):
-  """TFM has no exporter for ranking: ours serves the model's own inputs."""
+def test_export_serves_dlrm_on_criteo_rows_as_its_model_predicts(
+    trained, ours, python, tmp_path):
+  """TFM has no exporter for ranking: ours serves the model's own inputs,
+  and answers as the model restored from the same checkpoint."""
   runs = trained("dlrm_criteo")
-  served = _our_export(ours, runs, tmp_path)
-  with open(os.path.join(runs.data, "criteo", "val.tsv")) as f:
-    rows = np.array([line.split("\t") for line in f.read().splitlines()[:2]],
-                    dtype=np.float32)  # label, 13 dense, 3 ids
+  served, _ = _our_export(ours, runs, tmp_path)
+  rows_path = os.path.join(runs.data, "criteo", "val.tsv")
+  rows = data.criteo_rows(rows_path)
+  proc = python(runs.experiment, DATA_WRITERS, "ranking_predictions",
+                config_file(runs.experiment), runs.override(),
+                os.path.join(runs.ours, f"ckpt-{STEPS}"), rows_path)
+  assert proc.returncode == 0, _failed(proc)
+  predictions = json.loads(proc.stdout.splitlines()[-1])
+
   _, specs = served.structured_input_signature
+  # Criteo's 13 dense features, one id for each of the 3 tables.
+  assert {k: (v.shape.as_list(), v.dtype.name) for k, v in specs.items()} == {
+      "dense_features": ([None, 13], "float32"),
+      "sparse_features": ([None, 3], "int32")}
   outputs = served(dense_features=tf.constant(rows[:, 1:14]),
-                   sparse_features=tf.cast(rows[:, 14:],
-                                           specs["sparse_features"].dtype))
+                   sparse_features=tf.constant(rows[:, 14:], tf.int32))
   assert sorted(outputs) == ["outputs"]
-  assert outputs["outputs"].shape == [2]
-  assert np.all(np.isfinite(outputs["outputs"].numpy()))
+  np.testing.assert_allclose(outputs["outputs"].numpy(), predictions,
+                             rtol=1e-6, atol=1e-6)
 
 
 def test_every_mode_stock_tfm_runs_is_one_of_ours():
