@@ -1,6 +1,7 @@
 """Preemption, resume and in-process recovery, with real processes and signals."""
 
 import glob
+import logging as std_logging
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 
+from absl import logging
 import numpy as np
 import orbit
 import pytest
@@ -196,6 +198,55 @@ def test_an_error_after_one_signal_is_left_as_it_is():
     with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
       os.kill(os.getpid(), signal.SIGUSR1)
       raise AttributeError("a bug keeps its traceback")
+
+
+class _SignalledMidRecord(std_logging.Handler):
+  """A log handler that a signal interrupts while it writes its first record,
+  as the log file's buffered writer is when a signal comes mid-write."""
+
+  def __init__(self):
+    super().__init__()
+    self.writing = False
+    self.reentrant = []  # Records begun while another was being written.
+    self.records = []
+    self.signalled = False
+
+  def emit(self, record):
+    if self.writing:
+      self.reentrant.append(record.getMessage())
+    self.writing = True
+    try:
+      if not self.signalled:
+        self.signalled = True
+        os.kill(os.getpid(), signal.SIGUSR1)  # Handled here, mid-write.
+      self.records.append((record.getMessage(), threading.current_thread()))
+    finally:
+      self.writing = False
+
+
+def test_a_signal_during_a_log_write_logs_nothing_into_that_write():
+  # A handler that logged on the main thread re-entered the log file's
+  # writer there: '--- Logging error ---' and a traceback on stderr.
+  handler = _SignalledMidRecord()
+  logger = logging.get_absl_logger()
+  logger.addHandler(handler)
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.INFO)
+  try:
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)) as watcher:
+      logging.warning("a record being written")
+      deadline = time.monotonic() + 10
+      while len(handler.records) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+  finally:
+    logging.set_verbosity(verbosity)
+    logger.removeHandler(handler)
+  assert watcher.stopping
+  assert handler.reentrant == [], handler.reentrant
+  said = [thread for message, thread in handler.records
+          if message.startswith("SIGUSR1 received")]
+  assert len(said) == 1 and said[0] is not threading.main_thread(), (
+      handler.records)
 
 
 def _endless_loop(stop=None):

@@ -282,10 +282,11 @@ class SignalWatcher:
         with tf.init_scope():
           for stop in self._loop_stops:
             stop.assign(True)
-        _say(f"{name} received: {self._after_first}.")
+        _say(f"{name} received: {self._after_first}.", log=by_thread)
       elif seen == 2:
         self._second = signum
-        logging.info("Second %s: exiting without a checkpoint.", name)
+        _log_off_main(f"Second {name}: exiting without a checkpoint.",
+                      now=by_thread)
       else:
         return 0
       return seen
@@ -303,13 +304,33 @@ class SignalWatcher:
     os._exit(failure.code)  # pylint: disable=protected-access
 
 
-def _say(line: str) -> None:
-  """One line on stderr at once, from any thread, and in the log file."""
-  logging.info(line)
+def _say(line: str, log: bool = True) -> None:
+  """One line on stderr at once, from any thread, and in the log file.
+
+  `log=False` from a signal handler on the main thread: the log line is
+  written by a thread of its own (`_log_off_main`).
+  """
+  _log_off_main(line, now=log)
   try:
     os.write(sys.stderr.fileno(), (line + "\n").encode())
   except (OSError, ValueError):  # A closed console: the log keeps it.
     pass
+
+
+def _log_off_main(line: str, now: bool) -> None:
+  """Logs `line`, at once (`now`) or from a thread of its own.
+
+  A signal handler runs on the main thread between two of its bytecodes,
+  also inside the log file's own write (its buffered writer checks for
+  signals when interrupted): a record logged from the handler there is a
+  reentrant write, which `logging` prints as a '--- Logging error ---'
+  traceback. A thread waits for the writer's lock instead.
+  """
+  if now:
+    logging.info(line)
+  else:
+    threading.Thread(target=logging.info, args=(line,), daemon=True,
+                     name="tfm_ext_signal_log").start()
 
 
 # What the first signal's line says while a run trains (`stop_within_a_step`).
