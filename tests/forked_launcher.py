@@ -88,6 +88,11 @@ class _Children:
   def __init__(self):
     self.returncodes = {}
 
+  def forked(self, pid):
+    """A new child: a reaped one's return code under a reused pid is gone
+    (a long session forks tens of thousands of processes)."""
+    self.returncodes.pop(pid, None)
+
   def poll(self, pid):
     if pid not in self.returncodes:
       done, status = os.waitpid(pid, os.WNOHANG)
@@ -121,6 +126,7 @@ def main():
       pid = os.fork()
       if pid == 0:
         _child(request)
+      children.forked(pid)
       _answer({"pid": pid})
     elif request["op"] == "wait":
       _answer({"returncode": children.wait(request["pid"],
