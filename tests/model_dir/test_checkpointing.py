@@ -314,3 +314,14 @@ def test_an_async_save_in_flight_of_this_process_is_not_a_leftover(tmp_path):
   assert checkpoint_steps(model_dir) == [1]
   assert tf.train.load_checkpoint(model_dir).get_tensor(
       "w/.ATTRIBUTES/VARIABLE_VALUE").shape == (1 << 20,)
+
+
+def test_a_relative_model_dir_rotates_its_checkpoints(tmp_path, monkeypatch):
+  # Its manager holds `run/ckpt-N`, each once taken for another
+  # directory's: max_to_keep=2 kept all 5.
+  monkeypatch.chdir(tmp_path)
+  manager, save = tiny_manager("run", max_to_keep=2)
+  for step in range(1, 6):
+    save(step)
+  manager.sync()
+  assert checkpoint_steps("run") == [4, 5]

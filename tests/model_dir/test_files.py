@@ -40,6 +40,19 @@ def test_in_directory_is_an_entry_of_the_directory_itself(path, inside):
   assert _files.in_directory("/runs/a/", path) is inside
 
 
+def test_in_directory_of_a_relative_directory(tmp_path, monkeypatch):
+  # A manager of a relative model_dir holds `run/ckpt-5`: each was taken for
+  # another directory's, and no checkpoint was ever rotated.
+  monkeypatch.chdir(tmp_path)
+  assert _files.in_directory("run", "run/ckpt-5")
+  assert _files.in_directory("run", "./run/ckpt-5")
+  assert _files.in_directory("run", "ckpt-5")
+  assert _files.in_directory("run", f"{tmp_path}/run/ckpt-5")
+  assert _files.in_directory(f"{tmp_path}/run", "run/ckpt-5")
+  assert not _files.in_directory("run", "other/ckpt-5")
+  assert not _files.in_directory("run", "run/sub/ckpt-5")
+
+
 def test_in_directory_of_a_bucket():
   assert _files.in_directory("gs://b/runs/a", "gs://b/runs/a/ckpt-1")
   assert _files.in_directory("gs://b/runs/a", "ckpt-1")

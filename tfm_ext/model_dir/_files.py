@@ -80,14 +80,17 @@ def in_directory(directory: str, path: str) -> bool:
   A record that names files (the checkpoint state file, a manifest) is
   followed only for those: a copied model_dir's state file names the
   original's checkpoints by absolute path, and a run that rotated them
-  deleted another run's files. Relative paths are `directory`'s entries,
-  as TensorFlow reads them; `..` and a URL's scheme are normalized.
+  deleted another run's files. A bare name is `directory`'s entry, as a
+  state file holds it; any other relative path is the working directory's,
+  as a manager of a relative `directory` holds its checkpoints
+  (`run/ckpt-5`); `..` and a URL's scheme are normalized.
   """
   def normal(p):
     scheme, sep, rest = p.rpartition("://")
-    return scheme + sep + os.path.normpath(rest or "/")
-  full = path if os.path.isabs(path) or "://" in path else os.path.join(
-      directory, path)
+    return scheme + sep + (os.path.normpath(rest or "/") if sep
+                           else os.path.abspath(p))
+  bare = not ("://" in path or os.path.isabs(path) or os.path.dirname(path))
+  full = os.path.join(directory, path) if bare else path
   return os.path.dirname(normal(full)) == normal(directory)
 
 
