@@ -185,6 +185,35 @@ def test_a_model_ops_error_is_not_blamed_on_the_data(a_run):
     assert _raised_in(phase, error) is None
 
 
+def _real_pipeline_error():
+  """What a JPEG decoder in a dataset's map raises through a distributed
+  iterator in a step (PNG records fed to TFM's classification input)."""
+  png = tf.io.encode_png(tf.zeros([4, 4, 3], tf.uint8))
+  dataset = tf.data.Dataset.from_tensors(png).repeat().map(
+      lambda b: tf.cast(tf.image.extract_jpeg_shape(b), tf.float32)).batch(2)
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+  @tf.function
+  def step(iterator):
+    return strategy.run(tf.reduce_sum, args=(next(iterator),))
+
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    step(iterator)
+  return raised.value
+
+
+def test_an_op_inside_the_input_pipeline_is_the_datas(a_run):
+  # The decoder is the innermost node, IteratorGetNext the op that ran it:
+  # this was exit 1, a bug with its traceback.
+  error = _real_pipeline_error()
+  assert failures.failing_op(error) == "ExtractJpegShape"
+  failure = _raised_in("step", error)
+  assert failure.code == failures.EXIT_DATA, failure
+  assert "Invalid JPEG data" in failure.message
+  assert "task.train_data.input_path='/data/train*'" in failure.message
+
+
 def test_labels_outside_the_classes_name_the_data_and_the_field(a_run):
   failure = _raised_in("step", _graph_error(
       "sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits",

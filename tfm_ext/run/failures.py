@@ -32,9 +32,10 @@ what comes out into one paragraph and an exit code (`classify`):
 | anything else                                    | any             | 1, with its traceback |
 
 What failed decides, not the error's type alone: TensorFlow names the op
-that raised (`failing_op`), and the run is said to have failed on its data
-only where that op hands the step its input, or where it names none (a
-`DataLossError` from a reader); a path of the model_dir in the error is
+that raised (`failing_op`) and the ops that called it, and the run is
+said to have failed on its data only where one of them hands the step its
+input (a decoder in a dataset's map runs under `IteratorGetNext`), or
+where it names none (a `DataLossError` from a reader); a path of the model_dir in the error is
 that file's fault, unless it is an input's.
 
 How a user's fault is told from a bug: a user's fault is a check's own
@@ -95,6 +96,9 @@ _INPUT_OPS = re.compile(
     r"Decode\w+)(_\d+)?$")
 # Where TensorFlow names the op that failed: in a function's graph, then eagerly.
 _FAILED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|Detected at node '?([\w/.-]+)")
+# The ops that called it, innermost first: `[[IteratorGetNext]]` under a
+# failed dataset function's op.
+_CALLING_NODE = re.compile(r"^\s*\[\[([\w/.-]+)\]\]", re.M)
 _FAILED_EAGER_OP = re.compile(r"\[Op:(\w+)")
 # A sparse loss's labels outside its classes: the data's or the config's.
 _LABEL_RANGE = re.compile(
@@ -337,9 +341,12 @@ def classify(error: BaseException) -> Optional[Failure]:
         "that field is too small for it.", _last_checkpoint(),
         "Fix the one that is wrong and relaunch to resume."))
   op = failing_op(error)
-  if op and not _INPUT_OPS.match(op):
+  if op and not any(_INPUT_OPS.match(each) for each in (
+      op, *_CALLING_NODE.findall(_message(error)))):
     # A kernel of the model, its loss or metrics failed on a batch the
     # input gave it: not the data's fault, and its traceback says where.
+    # An op of the pipeline's own functions (a decoder, a map's kernel)
+    # runs under the op that gets the next batch: the data's.
     return None
   return Failure(EXIT_DATA, _sentences(
       f"The run failed on its data while {_doing(name)}: "
@@ -350,12 +357,16 @@ def classify(error: BaseException) -> Optional[Failure]:
 
 def failing_op(error: BaseException) -> str:
   """The op TensorFlow says `error` was raised by, or ''."""
-  text = getattr(error, "message", None) or str(error)
+  text = _message(error)
   nodes = [a or b for a, b in _FAILED_NODE.findall(text)]
   if nodes:
     return nodes[-1]
   eager = _FAILED_EAGER_OP.search(text)
   return eager.group(1) if eager else ""
+
+
+def _message(error: BaseException) -> str:
+  return getattr(error, "message", None) or str(error)
 
 
 def _model_dir_file(error: BaseException) -> str:
