@@ -21,7 +21,10 @@ Code written against TFM calls it with TFM's arguments and gets TFM's
 return value, and the run gets what `launchers/train.py` gives: the
 registered trainer (`trainer.name`, else `CustomTrainer`), TFM's divergence
 recovery that fails cleanly, top-k best checkpoints, progress lines and the
-records in `model_dir` (`params.yaml`, `run_summary.json`...).
+records the run itself writes in `model_dir` (`params.yaml`, checkpoints,
+summaries, `best_ckpt/`, `metrics.csv`), the trainer lease held while it
+trains. The job's own records stay with the launcher and `launch`:
+`run_summary.json` and `logs/`.
 
     model, eval_logs = tfm_ext.run_experiment(
         distribution_strategy=strategy, task=task, mode="train_and_eval",
