@@ -261,9 +261,9 @@ def test_no_module_imports_matplotlib_on_start_up():
 
 
 def test_scalars_of_other_scales_get_axes_of_their_own():
-  # The README template's case, with no best-checkpoint metric: accuracy
-  # (0-1), a weight norm (5-11) and an error rate (about 0.05) on one axis
-  # left two of them flat lines.
+  # docs/own-experiment.md's template, with no best-checkpoint metric:
+  # accuracy (0-1), a weight norm (5-11) and an error rate (about 0.05) on
+  # one axis left two of them flat lines.
   rows = {step: {"training_loss": 2.0 / step, "validation_loss": 2.2 / step,
                  "accuracy": 0.1 * step, "validation_accuracy": 0.09 * step,
                  "weight_norm": 5.0 + 0.6 * step,

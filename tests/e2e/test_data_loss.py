@@ -285,7 +285,7 @@ def _metrics_row(model_dir, step):
 
 def test_sigterm_in_the_final_evaluation_then_relaunch_records_it(
     start_forked, launch_forked, tmp_path):
-  """The README's supervisor loop: restart on 42 until the run is done."""
+  """The supervisor loop of docs/failures.md: restart on 42 until the run is done."""
   model_dir = tmp_path / "m"
   job = start_forked(EXPERIMENT, *FINISHED, model_dir=model_dir)
   job.wait_for_line(lambda l: l.startswith("step 40/40"))

@@ -100,7 +100,7 @@ def test_train_and_eval_writes_every_record_to_the_bucket(
   def read(name):
     return gcs_box.read(f"{prefix}/{name}").decode()
 
-  # What the README's table says lands in model_dir, for this mode.
+  # What docs/model-dir.md says lands in model_dir, for this mode.
   for name in ("checkpoint", "params.yaml", "tfm_ext_params.yaml",
                "operative_config.train_and_eval.gin", "run_summary.json",
                "metrics.csv", "curves.png", "training_complete.json",
