@@ -496,8 +496,9 @@ def test_export_serves_uint8_images_as_stocks_exporter(trained, ours, name,
       runs.stock_export).signatures["serving_default"]
   served, path = _our_export(ours, runs, tmp_path,
                              flags=[f"--batch_size={SERVING_BATCH}"])
-  # And the config it was built from.
-  assert os.path.exists(os.path.join(path, "params.yaml"))
+  # And the config it was built from, which stock TFM reads strictly (it
+  # held tfm_ext's fields: "'deterministic' does not exist in RuntimeConfig").
+  data.experiment_params(name, os.path.join(path, "params.yaml"), "")
   assert (served.structured_input_signature ==
           stock_signature.structured_input_signature)
   inputs = _serving_inputs(stock_signature, runs.experiment.image_size)

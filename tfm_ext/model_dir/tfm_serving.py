@@ -35,6 +35,7 @@ import tf_keras
 from official.core import config_definitions
 from official.core import export_base
 
+from tfm_ext.config import params_file
 from tfm_ext.errors import UsageError
 from tfm_ext.training import registry
 
@@ -192,7 +193,10 @@ class VisionExport:
     """Saves the module (its weights read) to `export_dir` as TFM does.
 
     TFM's `export_inference_graph`, given the module and no checkpoint:
-    the SavedModel in `export_dir` itself and `params.yaml` beside it.
+    the SavedModel in `export_dir` itself and `params.yaml` beside it,
+    which is then written as the model_dir's is (`params_file.write`):
+    stock TFM's fields, which its strict parse reads, and the fields
+    tfm_ext adds in `tfm_ext_params.yaml`.
     """
     from official.vision.serving import export_saved_model_lib  # pylint: disable=g-import-not-at-top
     with _float32():
@@ -201,6 +205,7 @@ class VisionExport:
           input_image_size=self.input_image_size, params=self.module.params,
           checkpoint_path=None, export_dir=export_dir,
           export_module=self.module)
+    params_file.write(self.module.params, export_dir)
 
 
 @contextlib.contextmanager
