@@ -105,18 +105,33 @@ def test_an_action_can_ask_the_run_to_stop(launch, tmp_path):
       "    if int(step.numpy()) >= 40:\n"
       "      context.stop('enough at 40')\n"
       "  return act\n")
-  run = launch(
-      EXP, "--mode=train", "--registry=stopper",
-      "--params_override=trainer.train_steps=100,trainer.steps_per_loop=20,"
-      "trainer.summary_interval=20,trainer.checkpoint_interval=100",
-      model_dir=tmp_path / "m",
-      env={"PYTHONPATH": f"{package}{os.pathsep}{REPO}"})
+
+  def train(steps):
+    return launch(
+        EXP, "--mode=train", "--registry=stopper",
+        f"--params_override=trainer.train_steps={steps},"
+        "trainer.steps_per_loop=20,trainer.summary_interval=20,"
+        "trainer.checkpoint_interval=100", model_dir=tmp_path / "m",
+        env={"PYTHONPATH": f"{package}{os.pathsep}{REPO}"})
+
+  run = train(100)
   assert run.returncode == 0, run
   assert "stopped @ step 40 | enough at 40" in run.stdout, run.stdout
   summary = _summary(tmp_path / "m")
   assert (summary["stopped_early_at"], summary["stop_reason"]) == (
       40, "enough at 40")
   assert os.path.exists(tmp_path / "m" / "ckpt-40.index")
+  # Training is complete (the evaluators were told so): the same command
+  # trains nothing; a larger train_steps trains on.
+  again = train(100)
+  assert again.returncode == 0, again
+  assert not [l for l in again.stdout.splitlines() if l.startswith("step ")]
+  assert ("already complete at step 40 (stopped early: enough at 40)"
+          in again.stdout), again.stdout
+  more = train(120)
+  assert more.returncode == 0, more
+  # A run's first loop is one step: the action stops it after it.
+  assert "stopped @ step 41 | enough at 40" in more.stdout, more.stdout
 
 
 def test_what_cannot_act_is_refused(launch_forked, tmp_path):

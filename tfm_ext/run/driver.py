@@ -416,10 +416,14 @@ def _drive(plan: Plan, parts: assembly.Parts,
                           checkpoint_path=request.checkpoint_path,
                           serving=request.serving,
                           evaluations=parts.evaluations)
-  previous = _previous_summary(plan, parts) if parts.trained else None
+  previous = (_previous_summary(plan, parts, quiet=not parts.trained)
+              if parts.trained or (mode.trains and parts.restored_step)
+              else None)
+  trained = parts.trained or _stopped_at(
+      previous, parts.restored_step, request.params.trainer.train_steps)
   try:
     with plan.strategy.scope():
-      if not parts.trained:
+      if not trained:
         logs = mode.run(ctx)
         if not (mode.trains or mode.evaluates) and logs:  # An export's.
           parts.eval_progress.last_logs = console.scalars(logs)
@@ -465,22 +469,36 @@ def _drive(plan: Plan, parts: assembly.Parts,
     run_summary.mark_training_complete(
         parts.write_dir, parts.trainer.global_step.numpy())
   summary = summarize(plan, parts, resumes, "completed")
-  if parts.trained:
+  if trained:
     _carry_over(summary, previous, request.params.trainer.train_steps)
   return summary
 
 
-def _previous_summary(plan: Plan,
-                      parts: assembly.Parts) -> Optional[RunSummary]:
-  """The run summary a finished run left, or None where it left none."""
+def _previous_summary(plan: Plan, parts: assembly.Parts,
+                      quiet: bool = False) -> Optional[RunSummary]:
+  """The run summary a finished run left, or None where it left none
+  (said unless `quiet`: a resumed run need not have one)."""
   if not parts.chief:
     return None
   try:
     return RunSummary.read(plan.request.model_dir)
   except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
-    logging.warning("No earlier run summary to keep (%s).",
-                    str(e).splitlines()[0] if str(e) else type(e).__name__)
+    (logging.info if quiet else logging.warning)(
+        "No earlier run summary to keep (%s).",
+        str(e).splitlines()[0] if str(e) else type(e).__name__)
     return None
+
+
+def _stopped_at(previous: Optional[RunSummary], restored_step: int,
+                train_steps: int) -> bool:
+  """Whether an action stopped the run at the checkpoint restored, for
+  these `train_steps`: a relaunch trains nothing, as after early stopping
+  (the evaluators were told training is complete); a larger
+  `trainer.train_steps` trains on."""
+  return (previous is not None and previous.status == "completed"
+          and previous.stopped_early_at is not None
+          and previous.stopped_early_at == restored_step
+          and previous.train_steps == train_steps)
 
 
 def _evaluated_last_step(previous: Optional[RunSummary],
