@@ -71,9 +71,9 @@ def test_python_tags_other_than_tfms_tuples_are_refused(tmp_path):
   assert params_file.read(str(path))["runtime"]["crop"] == [0.08, 1.0]
 
 
-RESNET18 = {
+RESNET10 = {
     "task": {"model": {"num_classes": 1001, "input_size": [32, 32, 3],
-                       "backbone": {"resnet": {"model_id": 18}}},
+                       "backbone": {"resnet": {"model_id": 10}}},
              "train_data": {"global_batch_size": 4},
              "validation_data": {"global_batch_size": 2}},
     "trainer": {"steps_per_loop": 1, "summary_interval": 1,
@@ -84,11 +84,11 @@ RESNET18 = {
 
 def test_tfms_resnet_trains_stock_then_ours_then_stock_in_one_model_dir(
     tmp_path, imagenet_dir):  # pylint: disable=redefined-outer-name
-  config = dict(RESNET18)
+  config = dict(RESNET10)
   config["task"]["train_data"]["input_path"] = f"{imagenet_dir}/train-*"
   config["task"]["validation_data"]["input_path"] = (
       f"{imagenet_dir}/validation-*")
-  config_file = tmp_path / "resnet18.yaml"
+  config_file = tmp_path / "resnet10.yaml"
   config_file.write_text(yaml.safe_dump(config))
   model_dir = tmp_path / "m"
   env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
