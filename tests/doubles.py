@@ -215,3 +215,21 @@ tfm_ext.register_action("user_post", phase="train")(
     _posting_factory("USER_POST_URL"))
 tfm_ext.register_action("required_post", phase="eval", required=True)(
     _posting_factory("REQUIRED_POST_URL"))
+
+
+def _chief_stops(context: tfm_ext.ActionContext):
+  """Asks the run to stop at step `$CHIEF_STOPS_AT`, on the chief only."""
+  at = os.environ.get("CHIEF_STOPS_AT")
+  if not at or not context.chief:
+    return None
+  step = context.trainer.global_step
+
+  def maybe_stop(output):
+    del output
+    if int(step.numpy()) >= int(at):
+      context.stop(f"the chief's action at step {int(step.numpy())}")
+
+  return maybe_stop
+
+
+tfm_ext.register_action("chief_stops", phase="train")(_chief_stops)

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -100,6 +101,91 @@ def test_sigterm_to_one_worker_saves_on_both_exits_42_and_resumes(
   summary = results[0].summary()
   assert summary["global_step"] == 400
   assert summary["resumed_from_step"] == saved
+
+
+def _saved_step(model_dir):
+  return int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,while_loop", [(signal.SIGINT, True),
+                                            (signal.SIGHUP, False)],
+                         ids=["SIGINT", "SIGHUP-python-loop"])
+def test_a_signal_to_one_worker_stops_all_within_a_step_of_a_long_loop(
+    start_forked, tmp_path, sig, while_loop):
+  # A loop of 100000 steps (minutes): a signal on the worker that is not
+  # the chief stops both after the same step, both save there, exit 42;
+  # in a traced loop and in a Python one.
+  model_dir = tmp_path / "multi"
+  override = (MULTI.replace(f"train_steps={STEPS}", "train_steps=100001")
+              .replace("steps_per_loop=10", "steps_per_loop=100000")
+              .replace("_interval=10", "_interval=100000")
+              .replace("validation_interval=50", "validation_interval=100000")
+              + f",trainer.train_tf_while_loop={str(while_loop).lower()}")
+  workers = start_workers(start_forked, model_dir, free_ports(2), override)
+  workers[1].wait_for_line(lambda l: l.startswith("step 1/"))
+  time.sleep(3)  # Into the long loop.
+  sent = time.monotonic()
+  workers[1].proc.send_signal(sig)
+  results = [w.finish(timeout=120) for w in workers]
+  exited = time.monotonic() - sent
+  assert [r.returncode for r in results] == [42, 42], results
+  assert exited < 20, exited
+  name = signal.Signals(sig).name
+  saved = _saved_step(model_dir)
+  print(f"both exited {exited:.1f}s after the signal, saved at {saved}")
+  assert 1 < saved < 20000, saved
+  assert (f"preempted: {name} received: saved a checkpoint at step {saved}"
+          in results[1].stderr), results[1].stderr[-2000:]
+  assert ("preempted: another worker received a signal: saved a checkpoint "
+          f"at step {saved}" in results[0].stderr), results[0].stderr[-2000:]
+  for result in results:
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "did not update `global_step`" not in result.stderr
+  summary = results[0].summary()
+  assert (summary["status"], summary["exit_code"], summary["global_step"]) == (
+      "preempted", 42, saved)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asked_by", ["chief_action", "early_stopping"])
+def test_a_stop_asked_on_the_chief_stops_every_worker_cleanly(
+    start_forked, tmp_path, asked_by):
+  # `context.stop` called on the chief only, or early stopping (each worker
+  # judges the same all-reduced metric): every worker saves at the same
+  # step and exits 0, the summary saying why.
+  model_dir = tmp_path / "multi"
+  override = MULTI.replace(f"train_steps={STEPS}", "train_steps=60")
+  env = {"CHIEF_STOPS_AT": "30"}
+  if asked_by == "early_stopping":  # No gain of 1.0: stops at the third.
+    override = (override.replace("validation_interval=50",
+                                 "validation_interval=10")
+                + ",trainer.validation_steps=2,"
+                "trainer.early_stopping.metric=accuracy,"
+                "trainer.early_stopping.patience=2,"
+                "trainer.early_stopping.min_delta=1.0")
+    env = {}
+  workers = [start_forked(*ARGS, f"--params_override={override}",
+                          model_dir=model_dir,
+                          env={**worker_env(ports, i), **env},
+                          script=DOUBLES_TRAIN)
+             for ports in [free_ports(2)] for i in range(2)]
+  results = [w.finish(timeout=300) for w in workers]
+  assert [r.returncode for r in results] == [0, 0], results
+  assert _saved_step(model_dir) == 30
+  summary = results[0].summary()
+  assert (summary["status"], summary["global_step"],
+          summary["stopped_early_at"]) == ("completed", 30, 30), summary
+  chief_said = results[0].stdout + results[0].stderr
+  other_said = results[1].stdout + results[1].stderr
+  if asked_by == "chief_action":
+    assert "the chief's action at step 30" in chief_said, chief_said[-2000:]
+    assert "another worker asked the run to stop" in other_said, (
+        other_said[-2000:])
+  else:
+    assert "early stopping" in chief_said, chief_said[-2000:]
+  for result in results:
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
 SERVER = """

@@ -258,7 +258,8 @@ def _endless_loop(stop=None):
     del iterator
     steps.assign_add(1)
 
-  loop = (preemption._while_not_stopped(step, stop) if stop is not None  # pylint: disable=protected-access
+  loop = (preemption._while_not_stopped(step, stop.read_value)  # pylint: disable=protected-access
+          if stop is not None
           else orbit.utils.create_tf_while_loop_fn(step))
   return tf.function(loop), steps
 

@@ -469,14 +469,6 @@ def check_with_strategy(params: config_definitions.ExperimentConfig, *,
         "trainer.train_tf_while_loop=true needs trainer.train_tf_function="
         "true (a tf.while_loop runs only inside a tf.function); set "
         "train_tf_while_loop=false to train eagerly.")
-  early = getattr(getattr(params.trainer, "early_stopping", None), "metric",
-                  "")
-  if trains and early and isinstance(
-      strategy, tf.distribute.MultiWorkerMirroredStrategy):
-    raise UsageError(
-        f"trainer.early_stopping.metric={early!r}: early stopping does not "
-        "run on several workers yet (they must agree on the step to stop "
-        "at); train on one, or leave the metric empty.")
   num_replicas = strategy.num_replicas_in_sync
   datasets = []
   if trains:

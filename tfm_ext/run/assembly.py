@@ -168,10 +168,8 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
         total_steps=params.trainer.train_steps,
         global_batch_size=params.task.train_data.global_batch_size,
     ).around(trainer.train)
-  if mode.trains and not strategies.is_multi_worker(strategy):
-    # A signal stops the loop after the step in flight (multi-worker: at
-    # the loop's end, where all workers agree on the step to save).
-    preemption.stop_within_a_step(trainer, watcher)
+  if mode.trains:  # A signal stops the loop after the step in flight.
+    preemption.stop_within_a_step(trainer, watcher, _agreeing(strategy))
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
 
@@ -342,27 +340,31 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
           checkpoint_manager=context.checkpoint_manager)]
   params = context.params
   if strategies.is_multi_worker(strategy):
-    # TFM builds a preemption handler of its own on a multi-worker strategy
-    # (`preemption_on_demand_checkpoint`). Two in one process watch the
-    # same coordination keys: both save at the agreed step, and one dies
-    # acknowledging it twice (a thread's traceback at every preemption).
-    # `CoordinatedSaveAndStop` is that handler, with the exit.
+    # TFM builds TF's preemption handler on a multi-worker strategy
+    # (`preemption_on_demand_checkpoint`): it would take SIGTERM from the
+    # watcher and act at the loop's end only.
     params = params.replace(trainer={"preemption_on_demand_checkpoint": False})
   tfm = actions.tfm_train_actions(params, trainer, context.model_dir,
                                   context.checkpoint_manager)
-  if strategies.is_multi_worker(strategy):
-    stop = preemption.CoordinatedSaveAndStop(
-        strategy=strategy, global_step=trainer.global_step,
-        checkpoint_manager=context.checkpoint_manager)
-  else:
-    stop = preemption.SaveAndStopIfPreempted(
-        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
-        global_step=trainer.global_step, summary_manager=summary_manager,
-        stop=requested)
+  stop = preemption.SaveAndStopIfPreempted(
+      watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+      global_step=trainer.global_step, summary_manager=summary_manager,
+      stop=requested, strategy=_agreeing(strategy))
   return (recovery + guard.all("train", (
       tfm + actions.registered("train", context, guard) + list(supplied)
       + [progress] + curves.refresh_actions(context, "train")
       + list(notified))) + [stop])
+
+
+def _agreeing(strategy):
+  """`strategy` if its workers must agree to stop, else None.
+
+  A parameter server's coordinator is the one process that decides.
+  """
+  if isinstance(strategy,
+                tf.distribute.experimental.ParameterServerStrategy):
+    return None
+  return strategy if strategies.is_multi_worker(strategy) else None
 
 
 def _eval_actions(context: actions.ActionContext, progress, summary_manager,
@@ -379,13 +381,11 @@ def _eval_actions(context: actions.ActionContext, progress, summary_manager,
   """
   tfm = actions.tfm_eval_actions(context.params, context.trainer,
                                  context.model_dir)
-  if trains and not strategies.is_multi_worker(context.strategy):
-    saves = [preemption.SaveAndStopIfPreempted(
-        watcher=watcher, checkpoint_manager=context.checkpoint_manager,
-        global_step=context.trainer.global_step,
-        summary_manager=summary_manager, stop=requested)]
-  else:
-    saves = []
+  saves = [preemption.SaveAndStopIfPreempted(
+      watcher=watcher, checkpoint_manager=context.checkpoint_manager,
+      global_step=context.trainer.global_step,
+      summary_manager=summary_manager, stop=requested,
+      strategy=_agreeing(context.strategy))] if trains else []
   return guard.all("eval", (
       tfm + actions.registered("eval", context, guard) + list(supplied)
       + [progress] + list(watching)

@@ -12,9 +12,11 @@ What a signal does is decided here, by when it comes:
                                    (`stop_within_a_step`), its summaries are
                                    written, a checkpoint is saved at that
                                    step, exit 42 (`SaveAndStopIfPreempted`).
-                                   On several workers the loop in flight
-                                   ends first: all save at one agreed step
-                                   (`CoordinatedSaveAndStop`)
+                                   On several workers a signal on any of
+                                   them stops every one after the same step
+                                   (each step ends with a one-number
+                                   all-reduce of the workers' stop flags),
+                                   and all save at it
     while a training run evaluates the evaluation ends, then as above
     while an evaluator runs        it stops between evaluations, saves
                                    nothing, exit 42 (`SignalWatcher.stopping`,
@@ -46,11 +48,14 @@ variable the training loop reads at every step (`stop_within_a_step`).
 `PreemptionCheckpointHandler` uses: a supervisor that restarts on it resumes
 from the checkpoint saved.
 
-`SaveAndStopIfPreempted` serves single-worker jobs. Multi-worker jobs use
-`CoordinatedSaveAndStop`, TensorFlow's `PreemptionCheckpointHandler`: a
-SIGTERM on any worker makes every worker save at the same step, then stop.
-On a single worker the handler adds nothing over ours and first probes the
-GCE metadata server over the network to learn its platform.
+On several workers every decision to stop is agreed (`any_worker`): the
+loop's stop flag after each step, and, after each loop, whether any worker
+had a signal or an action asked to stop. Each worker then saves at the same
+step (a save is a collective) and exits: 42 after a signal on any of them,
+0 after a stop asked. TensorFlow's `PreemptionCheckpointHandler` (which
+TFM builds for multi-worker jobs) is not used: it watches SIGTERM only, acts
+at the loop's end, and first probes the GCE metadata server over the
+network to learn its platform.
 """
 
 import _thread
@@ -83,8 +88,9 @@ class Preempted(Exception):
   def __init__(self, step: int, signal_name: str, saved: bool = True):
     done = (f"saved a checkpoint at step {step}" if saved else
             f"stopped evaluating at step {step}; nothing to save")
-    super().__init__(f"{signal_name} received: {done}; exit {EXIT_CODE} to "
-                     "be restarted.")
+    came = (f"{signal_name} received" if signal_name
+            else "another worker received a signal")
+    super().__init__(f"{came}: {done}; exit {EXIT_CODE} to be restarted.")
     self.step = step
 
 
@@ -340,7 +346,28 @@ TRAINING_STOPS = (
     "second signal ends the job at once without saving")
 
 
-def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
+def any_worker(strategy: Optional[tf.distribute.Strategy], flags):
+  """Whether any worker's `flags` (a bool or vector of bools) is set.
+
+  On several workers an all-reduce of `flags` across every replica: each
+  worker gets the same answer at the same point, so all stop together.
+  Without `strategy` (one worker), `flags` itself. Call it in cross-replica
+  context, from a traced loop or eagerly.
+  """
+  flags = tf.convert_to_tensor(flags)
+  if strategy is None:
+    return flags
+
+  def count():
+    return tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.cast(flags, tf.int32))
+
+  return strategy.experimental_local_results(strategy.run(count))[0] > 0
+
+
+def stop_within_a_step(trainer, watcher: SignalWatcher,
+                       strategy: Optional[tf.distribute.Strategy] = None
+                       ) -> bool:
   """Makes `trainer`'s training loop end after the step in flight on a signal.
 
   The loop is Orbit's (`orbit.StandardTrainer.create_train_loop_fn`, which
@@ -353,11 +380,14 @@ def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
   warning is dropped for a stopped loop. A loop that would start once the
   variable is set runs nothing and returns no logs.
 
+  With a multi-worker `strategy`, the condition is `any_worker` of the
+  workers' variables, agreed before the loop's first step and after each
+  step: one all-reduce of one number a step, and every worker stops after
+  the same step.
+
   Returns False, leaving the trainer as it is (a signal then waits for the
   loop's end), for a loop Orbit does not build: a trainer that overrides
-  `create_train_loop_fn`, or a parameter server's (asynchronous) one. Only
-  for single-worker jobs: on several workers a stop must be agreed
-  (`CoordinatedSaveAndStop`).
+  `create_train_loop_fn`, or a parameter server's (asynchronous) one.
   """
   options = getattr(trainer, "_train_options", None)
   if (options is None or getattr(trainer, "_is_async", False)
@@ -365,28 +395,47 @@ def stop_within_a_step(trainer, watcher: SignalWatcher) -> bool:
     logging.info("%s builds its own training loop: a signal stops it at the "
                  "loop's end.", type(trainer).__name__)
     return False
-  stop = watcher.loop_stop()
+  local_stop = watcher.loop_stop()
   watcher.after_first(TRAINING_STOPS)
-  _STOPPED_LOOP_WARNING.watchers.add(watcher)
+  if strategy is None:  # One worker: its own signal decides.
+    agreed = local_stop
+    stopped = local_stop.read_value
+  else:
+    with tf.init_scope(), tf.device("CPU:0"):
+      # What the workers agreed, the same on each.
+      agreed = tf.Variable(False, trainable=False, name="stopped_loop")
+
+    def stopped():
+      stop = any_worker(strategy, local_stop.read_value())
+      agreed.assign(stop)
+      return stop
+  _STOPPED_LOOP_WARNING.stops.append(weakref.ref(agreed))
   logging.get_absl_logger().addFilter(_STOPPED_LOOP_WARNING)  # Once.
 
   def create_train_loop_fn():
     step_fn = trainer.train_step
     if options.use_tf_while_loop:
-      loop_fn = _while_not_stopped(step_fn, stop)
+      loop_fn = _while_not_stopped(step_fn, stopped)
       if options.use_tpu_summary_optimization:
         return orbit.utils.LoopFnWithSummaries(loop_fn)
       return tf.function(loop_fn)
     if options.use_tf_function:
       step_fn = tf.function(step_fn)
-    return _python_loop_until_stopped(step_fn, stop)
+    return _python_loop_until_stopped(
+        step_fn, tf.function(stopped) if strategy else stopped)
 
   train = trainer.train
 
   def train_unless_stopped(num_steps):
-    # A signal between two loops: the next runs no step, and returns no
+    # Stopped between two loops: the next runs no step, and returns no
     # logs (a loop's metrics over no step would be zeros in the summaries).
-    return {} if stop.numpy() else train(num_steps)
+    if agreed.numpy():
+      return {}
+    before = int(trainer.global_step.numpy())
+    logs = train(num_steps)
+    if agreed.numpy() and int(trainer.global_step.numpy()) == before:
+      return {}
+    return logs
 
   trainer.create_train_loop_fn = create_train_loop_fn
   trainer.train = train_unless_stopped
@@ -399,32 +448,35 @@ _ORBIT_LOOPS = (orbit.StandardTrainer.create_train_loop_fn,
                 base_trainer.Trainer.create_train_loop_fn)
 
 
-def _while_not_stopped(step_fn, stop: tf.Variable):
-  """Orbit's `create_tf_while_loop_fn`, its condition also reading `stop`."""
+def _while_not_stopped(step_fn, stopped):
+  """Orbit's `create_tf_while_loop_fn`, also ending once `stopped()`."""
 
   def loop_fn(iterator, num_steps):
     if not isinstance(num_steps, tf.Tensor):
       raise ValueError("`num_steps` should be a `tf.Tensor`: a Python value "
                        "retraces the loop.")
     done = tf.constant(0, num_steps.dtype)
-    # One read of a host variable a step: next to nothing beside a step,
-    # and the loop is Orbit's otherwise.
-    while tf.logical_and(done < num_steps, tf.logical_not(stop)):
+    # One read of a host variable a step (several workers: an all-reduce
+    # of it): next to nothing beside a step, and the loop is Orbit's
+    # otherwise.
+    go = tf.logical_not(stopped())
+    while tf.logical_and(done < num_steps, go):
       with tf.name_scope(""):  # Ops not named "while/...", as Orbit's.
         step_fn(iterator)
       done += 1
+      go = tf.logical_not(stopped())
 
   return loop_fn
 
 
-def _python_loop_until_stopped(step_fn, stop: tf.Variable):
+def _python_loop_until_stopped(step_fn, stopped):
   """Orbit's `create_loop_fn` (no state), stopping between steps."""
 
   def loop_fn(iterator, num_steps):
     done, num_steps = 0, int(num_steps)
     try:
       with tf.experimental.async_scope():
-        while done < num_steps and not stop.numpy():
+        while done < num_steps and not bool(stopped()):
           step_fn(iterator)
           done += 1
     except (StopIteration, tf.errors.OutOfRangeError):
@@ -435,14 +487,18 @@ def _python_loop_until_stopped(step_fn, stop: tf.Variable):
 
 
 class _StoppedLoopWarning:
-  """Drops Orbit's warning of a loop short of its steps once stopping."""
+  """Drops Orbit's warning of a loop short of its steps once stopped."""
 
   def __init__(self):
-    self.watchers = weakref.WeakSet()
+    # `stop_within_a_step`'s `agreed` variables, weakly.
+    self.stops: List[weakref.ref] = []
 
   def filter(self, record) -> bool:
-    return not ("did not update `global_step`" in str(record.msg)
-                and any(w.stopping for w in list(self.watchers)))
+    if "did not update `global_step`" not in str(record.msg):
+      return True
+    self.stops = [ref for ref in self.stops if ref() is not None]
+    return not any(bool(ref().numpy()) for ref in self.stops
+                   if ref() is not None)
 
 
 _STOPPED_LOOP_WARNING = _StoppedLoopWarning()
@@ -461,59 +517,45 @@ class SaveAndStopIfPreempted:
     summary_manager: where this loop's output is written before stopping, as
       the controller would have written it after the action.
     stop: the run's stop requests (`tfm_ext.actions.plateau.Stop`).
+    strategy: a multi-worker strategy: whether to stop, and whether to save,
+      are agreed (`any_worker`) after every loop, so that every worker
+      saves (a collective) and stops at the same step; a signal on any
+      worker is a preemption of all.
   """
 
   def __init__(self, *, watcher: SignalWatcher,
                checkpoint_manager: tf.train.CheckpointManager,
                global_step: tf.Variable,
                summary_manager: Optional[orbit.utils.SummaryManager] = None,
-               stop=None):
+               stop=None, strategy: Optional[tf.distribute.Strategy] = None):
     self._watcher = watcher
     self._checkpoint_manager = checkpoint_manager
     self._global_step = global_step
     self._summary_manager = summary_manager
     self._stop = stop
+    self._agree = (tf.function(lambda flags: any_worker(strategy, flags))
+                   if strategy is not None else None)
 
   def __call__(self, output) -> None:
     asked = self._stop.reason if self._stop is not None else None
-    if self._watcher.received is None and asked is None:
-      return
     step = int(self._global_step.numpy())
+    manager = self._checkpoint_manager
+    signalled = self._watcher.received is not None
+    unsaved = not (manager.latest_checkpoint or "").endswith(f"-{step}")
+    if self._agree is not None:  # The same answers on every worker.
+      signalled, stops, unsaved = (bool(flag) for flag in self._agree(
+          tf.constant([signalled, asked is not None, unsaved])))
+      if stops and asked is None:
+        asked = "another worker asked the run to stop"
+    if not signalled and asked is None:
+      return
     if self._summary_manager is not None and output:
       self._summary_manager.write_summaries(
           tf.nest.map_structure(orbit.utils.get_value, output))
       self._summary_manager.flush()
-    manager = self._checkpoint_manager
-    if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
+    if unsaved:
       manager.save(checkpoint_number=step, check_interval=False)
     manager.sync()
-    if self._watcher.received is None:
+    if not signalled:
       raise Stopped(step, asked)
     raise Preempted(step, self._watcher.signal_name)
-
-
-class CoordinatedSaveAndStop:
-  """Orbit action for multi-worker jobs: TF's `PreemptionCheckpointHandler`.
-
-  Built with the checkpoint manager, it installs the handler's SIGTERM
-  watcher; after each loop every worker asks it whether any worker was
-  signalled, and all save at the agreed step, then raise `Preempted`.
-  """
-
-  def __init__(self, *, strategy: tf.distribute.Strategy,
-               checkpoint_manager: tf.train.CheckpointManager,
-               global_step: tf.Variable):
-    self._global_step = global_step
-
-    def stop():
-      raise Preempted(int(global_step.numpy()), "SIGTERM on a worker")
-
-    self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, checkpoint_manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(
-            exit_fn=stop, grace_period=0))
-
-  def __call__(self, output) -> None:
-    del output
-    self._handler.save_checkpoint_if_preempted(
-        checkpoint_number=self._global_step, check_interval=False)
