@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from conftest import checkpoint_steps
 from conftest import tiny_manager
+from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.run import continuous_eval
 
@@ -76,29 +77,52 @@ def test_a_train_job_records_what_it_rotates_away_unwatched(tmp_path, records):
       "evaluated"]
 
 
-@pytest.mark.parametrize("presence", [
-    {"host": "another-host", "heartbeat_age": 10 * 60},  # Stale.
-    {"host": socket.gethostname(), "heartbeat_age": 0, "pid": "dead"},
-])
-def test_a_dead_or_stale_evaluator_keeps_nothing_extra(tmp_path, presence):
-  model_dir = str(tmp_path)
-  record = {"owner": "evaluator-x", "host": presence["host"],
-            "pid_space": "", "pid": 1 << 30, "since": time.time(),
-            "heartbeat": time.time() - presence["heartbeat_age"]}
-  if presence.get("pid") == "dead":  # Killed on this machine: pid gone.
-    from tfm_ext.model_dir import lease  # pylint: disable=g-import-not-at-top
-    record["pid_space"] = lease.pid_space()
-    assert not lease.pid_alive(record["pid"])
+def _present(model_dir, **fields):
+  """Writes an evaluator's presence record as another process would."""
+  record = {"owner": "evaluator-x", "host": "another-host", "pid_space": "",
+            "pid": 1 << 30, "since": 1.0, "beats": 0, "heartbeat": 1.0,
+            **fields}
   tf.io.gfile.makedirs(os.path.join(model_dir, eval_claims.PRESENCE))
   with open(os.path.join(model_dir, eval_claims.PRESENCE, "x.json"), "w") as f:
     json.dump(record, f)
+
+
+def test_an_evaluator_killed_on_this_machine_keeps_nothing_extra(tmp_path):
+  model_dir = str(tmp_path)
+  from tfm_ext.model_dir import lease  # pylint: disable=g-import-not-at-top
+  assert not lease.pid_alive(1 << 30)
+  # Its heartbeat is from now: the process, gone, decides.
+  _present(model_dir, host=socket.gethostname(), pid_space=lease.pid_space(),
+           heartbeat=time.time())
   _, save = tiny_manager(model_dir, max_to_keep=2)
   for step in (1, 2, 3, 4):
     save(step)
   assert checkpoint_steps(model_dir) == [3, 4]
-  # The same record renewed just now, with a live pid: it waits.
-  record.update(heartbeat=time.time(), pid=os.getpid())
-  with open(os.path.join(model_dir, eval_claims.PRESENCE, "x.json"), "w") as f:
-    json.dump(record, f)
+  # The same record with a live pid: it waits.
+  _present(model_dir, host=socket.gethostname(), pid_space=lease.pid_space(),
+           pid=os.getpid())
   save(5)
   assert checkpoint_steps(model_dir) == [3, 4, 5]
+
+
+@pytest.mark.parametrize("heartbeat", [0.0, 1e12], ids=["epoch", "future"])
+def test_another_hosts_evaluator_lives_while_its_beats_change_whatever_the_clocks(
+    tmp_path, heartbeat):
+  # Its wall clock (the heartbeat's time) is never compared with ours: a
+  # reader judges by its beat counter, seen unchanged on its own monotonic
+  # clock for PRESENCE_STALE_SECONDS.
+  model_dir, now = str(tmp_path), [100.0]
+  seen = claim.Unchanged(lambda: now[0])
+  stale = eval_claims.PRESENCE_STALE_SECONDS
+  _present(model_dir, heartbeat=heartbeat)
+  assert len(eval_claims.live_evaluators(model_dir, seen)) == 1  # First seen.
+  now[0] += stale - 1
+  assert len(eval_claims.live_evaluators(model_dir, seen)) == 1
+  now[0] += 2 * stale  # It beat meanwhile: live, the age starts again.
+  _present(model_dir, heartbeat=heartbeat, beats=1)
+  assert len(eval_claims.live_evaluators(model_dir, seen)) == 1
+  now[0] += stale + 1  # Unchanged for longer than stale: gone.
+  assert eval_claims.live_evaluators(model_dir, seen) == []
+  # A restarted evaluator of the same name (a new `since`) counts anew.
+  _present(model_dir, heartbeat=heartbeat, beats=1, since=2.0)
+  assert len(eval_claims.live_evaluators(model_dir, seen)) == 1

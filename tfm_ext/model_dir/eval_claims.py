@@ -30,11 +30,13 @@ trainer reads it (`live_evaluators`) to keep the checkpoints a live
 evaluator has not evaluated yet (`tfm_ext.model_dir.retention`). A
 presence is live by the trainer lease's rule
 (`tfm_ext.model_dir.claim.Judge`): on the reader's machine,
-its process runs (whatever the clocks say); elsewhere, or stopped, its
-heartbeat is younger than `PRESENCE_STALE_SECONDS` by the reader's clock (a
-trainer reads presences once a save, with no watch of its own: the one
-record still judged by comparing clocks, where a wrong clock keeps or
-sweeps a checkpoint early, never takes a lease). Each rewrite has the same length (padded): TensorFlow's
+its process runs (whatever the clocks say); elsewhere, or stopped, its beat
+counter changed within `PRESENCE_STALE_SECONDS` of the reader's monotonic
+clock (`claim.Unchanged`; no clocks are compared). A trainer reads presences
+once a save: a record it reads for the first time is live, and one its
+next save finds unchanged after more than `PRESENCE_STALE_SECONDS` is gone
+(an evaluator killed on another host keeps checkpoints for one save
+interval at most). Each rewrite has the same length (padded): TensorFlow's
 GCS client caches an object's length, and another process reads a record of
 the same length whole and current.
 
@@ -388,32 +390,44 @@ def _presence_path(model_dir: str, owner: Optional[str]) -> str:
                       _file_name(owner or process_owner()) + ".json")
 
 
-def live_evaluators(model_dir: str, clock: Callable[[], float] = time.time
+def live_evaluators(model_dir: str,
+                    seen: Optional[claim.Unchanged] = None
                     ) -> List[Dict[str, Any]]:
   """The presence records of the evaluators live on `model_dir`.
 
   A record gone between the listing and its read, or not whole, is not
-  live; see the module docstring for the rule.
+  live; see the module docstring for the rule. `seen` is how long the
+  reader has seen each record unchanged (its beat counter), on the
+  reader's monotonic clock: a reader that reads again (a trainer at each
+  save) keeps one; by default, this process's.
   """
   directory = os.path.join(model_dir, PRESENCE)
   try:
     names = tf.io.gfile.listdir(directory)
   except tf.errors.NotFoundError:
     return []
+  seen = _seen_here if seen is None else seen
   judge = claim.Judge(PRESENCE_STALE_SECONDS)
   live = []
   for name in sorted(names):
     if not name.endswith(".json"):
       continue
+    path = os.path.join(directory, name)
     try:
-      record = claim.read(os.path.join(directory, name),
-                          {"owner": str, "heartbeat": (int, float)})
+      record = claim.read(path, {"owner": str, "beats": int})
     except _files.Damaged:
       continue
-    if record is not None and not judge.gone_because(
-        record, clock() - record["heartbeat"]):
+    if record is None:
+      continue
+    age = seen.age(path, (record["owner"], record.get("since"),
+                          record["beats"]))
+    if not judge.gone_because(record, age):
       live.append(record)
   return live
+
+
+# How long this process has seen each presence record unchanged.
+_seen_here = claim.Unchanged(time.monotonic)
 
 
 def _file_name(owner: str) -> str:

@@ -14,8 +14,8 @@ unevaluated:
 * at most `max_to_keep` are kept so, `2 x max_to_keep` checkpoints in all;
   beyond that the oldest waiting is deleted, with a warning, and recorded
   in the ledger as "missing" (its `why` says so);
-* with no live evaluator (none started, or its heartbeat stale: killed, its
-  host gone) nothing extra is kept, as TensorFlow would; what was kept is
+* with no live evaluator (none started, its process gone, or, on another
+  host, its heartbeat seen unchanged for `PRESENCE_STALE_SECONDS`) nothing extra is kept, as TensorFlow would; what was kept is
   deleted at the next save. A `--mode=train` job (`records_unwatched`)
   records each checkpoint it so deletes that the ledger lacks as "missing"
   (`continuous_eval.UNWATCHED`), so an evaluator started later can say
@@ -54,6 +54,7 @@ from typing import Callable, List, Sequence, Set
 
 from absl import logging
 
+from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.run import continuous_eval
 
@@ -66,11 +67,12 @@ class Retention:
 
   def __init__(self, directory: str, max_to_keep: int, *,
                records_unwatched: bool = False,
-               clock: Callable[[], float] = time.time):
+               clock: Callable[[], float] = time.monotonic):
     self._dir = directory
     self._max = max_to_keep
     self._records_unwatched = records_unwatched
-    self._clock = clock
+    # How long each presence record has been seen unchanged, on `clock`.
+    self._presences = claim.Unchanged(clock)
     self._seen: Set[str] = set()  # Evaluators live at the last sweep.
     # What the last split let go unevaluated (`record_deleted`).
     self._dropped: List[str] = []
@@ -88,7 +90,7 @@ class Retention:
     self._dropped, self._unwatched = [], []
     if not self._max or not excess:
       return []
-    live = eval_claims.live_evaluators(self._dir, clock=self._clock)
+    live = eval_claims.live_evaluators(self._dir, seen=self._presences)
     self._log_changes(live, excess)
     if not live and not self._records_unwatched:
       return []
