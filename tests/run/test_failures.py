@@ -506,3 +506,30 @@ def test_a_value_keras_refuses_while_building_is_exit_2(launch_forked,
                          model_dir=str(tmp_path / "m"))
   line = _clean(result, 2)
   assert "could not be built from the config" in line
+
+
+def _exit_of(error, explain=None):
+  """The SystemExit the error boundary raises for `error`."""
+  failures.reset()
+  remove = failures.explain_with(explain) if explain else (lambda: None)
+  try:
+    with pytest.raises(SystemExit) as exited, failures.boundary():
+      raise error
+  finally:
+    remove()
+    failures.reset()
+  return exited.value
+
+
+def test_a_lost_lease_that_explains_another_error_is_not_a_refusal():
+  # The driver keeps (and copies into a bucket) the log of a job that ran;
+  # a refused job takes its traces back. A lease lost inside a save
+  # explains TensorFlow's NotFoundError: that job ran.
+  from tfm_ext.model_dir import lease  # pylint: disable=g-import-not-at-top
+  lost = lease.LeaseLost("another trainer took over the lease")
+  vanished = tf.errors.NotFoundError(None, None, "ckpt-10_temp: not found")
+  explained = _exit_of(vanished, explain=lambda e: lost)
+  assert (explained.code, explained.refusal) == (2, False)
+  assert (_exit_of(lost).code, _exit_of(lost).refusal) == (2, False)
+  refused = _exit_of(failures.UsageError("bad value"))
+  assert (refused.code, refused.refusal) == (2, True)

@@ -234,11 +234,12 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
     # signal a KeyboardInterrupt); only SIGKILL skips it.
     ended = sys.exc_info()[1]
     notify.run_ended(notifier, summary, ended)
-    # A classified failure exits from the error boundary: the exit's
-    # context is the error.
+    # A classified failure exits from the error boundary, saying whether
+    # it is a refusal (a lease lost, even where it explains another error,
+    # is not); a job refused before that, by `exit_with`, is.
     refused = (isinstance(ended, SystemExit)
                and ended.code == UsageError.EXIT_CODE and summary is None
-               and getattr(ended.__context__, "refusal", True))
+               and getattr(ended, "refusal", True))
     own = save_log(keep=not refused)
     if refused and traces:
       traces.take_back(own)

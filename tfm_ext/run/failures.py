@@ -212,10 +212,17 @@ def phase_of(error: BaseException):
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
-  """A classified failure: the exit code and the paragraph to print."""
+  """A classified failure: the exit code and the paragraph to print.
+
+  `refusal`, of a usage error (exit 2): a job refused, which leaves the
+  model_dir as it found it, its log included; False for one that ran
+  first (`UsageError.refusal`: a lost lease, also where it explains
+  another error).
+  """
   code: int
   message: str
   kind: str = "error"
+  refusal: bool = True
 
 
 def tf_reason(error: BaseException) -> str:
@@ -265,7 +272,8 @@ def classify(error: BaseException) -> Optional[Failure]:
         return classify(explained)
   name, subject = phase_of(error)
   if isinstance(error, UsageError):
-    return Failure(EXIT_USAGE, _without_gin_frames(str(error)))
+    return Failure(EXIT_USAGE, _without_gin_frames(str(error)),
+                   refusal=getattr(error, "refusal", True))
   if isinstance(error, KeyboardInterrupt):
     return Failure(EXIT_PREEMPTED, _aborted(error), kind="aborted")
   if isinstance(error, RunFailed):
@@ -492,7 +500,9 @@ def boundary() -> Iterator[None]:
     # records are dropped, not printed as "--- Logging error ---".
     logging.flush()
     std_logging.raiseExceptions = False
-    sys.exit(failure.code)
+    exiting = SystemExit(failure.code)
+    exiting.refusal = failure.refusal  # Whether the job's traces go back.
+    raise exiting
 
 
 def _without_gin_frames(message: str) -> str:
