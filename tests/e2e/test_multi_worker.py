@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -126,6 +127,32 @@ def test_a_signal_to_one_worker_stops_all_within_a_step_and_they_resume(
   summary = results[0].summary()
   assert (summary["resumed_from_step"], summary["global_step"]) == (
       saved, saved + 10)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_ends_the_other_in_one_paragraph_exit_42(
+    start_forked, tmp_path):
+  # SIGKILL (no signal to handle): the chief finds its peer gone once
+  # TensorFlow's heartbeats stop, says which, writes its summary, exit 42
+  # for the cluster manager to restart both.
+  model_dir = tmp_path / "multi"
+  override = (MULTI.replace(f"train_steps={STEPS}", "train_steps=100001")
+              .replace("steps_per_loop=10", "steps_per_loop=100000")
+              .replace("_interval=10", "_interval=100000")
+              .replace("validation_interval=50", "validation_interval=100000"))
+  workers = start_workers(start_forked, model_dir, free_ports(2), override)
+  workers[1].wait_for_line(lambda l: l.startswith("step 1/"))
+  time.sleep(2)
+  workers[1].proc.kill()
+  chief = workers[0].finish(timeout=120)
+  assert chief.returncode == 42, chief
+  errors = [l for l in chief.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, chief.stderr[-3000:]
+  assert re.search(r"Worker /job:worker/replica:0/task:1 stopped answering "
+                   r"\(.+\) while training at step \d+", errors[0]), errors
+  assert "Traceback" not in chief.stderr, chief.stderr[-3000:]
+  summary = chief.summary()
+  assert (summary["status"], summary["exit_code"]) == ("failed", 42), summary
 
 
 @pytest.mark.slow

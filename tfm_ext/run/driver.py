@@ -298,8 +298,11 @@ def _with_recovery(plan: Plan, recovery: Recovery,
       watcher.check_aborted(e)  # Not a restart: a second signal came.
       # TensorFlow cannot set up collectives twice in one process: a
       # multi-worker job exits and its cluster manager restarts it.
-      if (restarts >= recovery.max_restarts
-          or strategies.is_multi_worker(plan.strategy)):
+      if strategies.is_multi_worker(plan.strategy):
+        logging.info("A worker of the cluster was lost.", exc_info=True)
+        lost = failures.peer_lost(e)
+        exit_with(lost.message, lost.code)
+      if restarts >= recovery.max_restarts:
         raise
       restarts += 1
       delay = recovery.backoff_seconds * 2 ** (restarts - 1)
@@ -442,8 +445,18 @@ def _drive(plan: Plan, parts: assembly.Parts,
     summary = summarize(plan, parts, resumes, "completed", str(e))
     summary.stopped_early_at, summary.stop_reason = e.step, e.reason
     return summary
-  except (UsageError,) + TRANSIENT_ERRORS:
-    raise  # Refused (exit 2), or restarted by `_with_recovery`.
+  except TRANSIENT_ERRORS as e:
+    if not strategies.is_multi_worker(plan.strategy):
+      raise  # Restarted by `_with_recovery`.
+    # A peer lost: TensorFlow cannot set up collectives twice in a process;
+    # the cluster manager restarts every worker.
+    watcher.check_aborted(e)
+    logging.info("A worker of the cluster was lost.", exc_info=True)
+    lost = failures.peer_lost(e)
+    return summarize(plan, parts, resumes, "failed", lost.message,
+                     exit_code=lost.code)
+  except UsageError:
+    raise  # Refused: exit 2.
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
     # A hook's sys.exit() is a bug like any error of the model's code (an
     # action's is the action's failure: `actions.Guard`).

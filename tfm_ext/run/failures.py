@@ -538,6 +538,33 @@ def _input_pattern(name: str) -> str:
       "the task's input")
 
 
+_TASK = re.compile(r"/job:\w+/replica:\d+/task:\d+")
+
+
+def peer_lost(error: BaseException) -> Failure:
+  """What a worker of a multi-worker job says when another was lost.
+
+  TensorFlow aborts every collective once a peer stops sending heartbeats
+  (killed, preempted without a signal, its host gone): the job cannot go
+  on, and nothing is wrong with the survivors. Exit 42: as after a
+  preemption, every worker is restarted and resumes from the last
+  checkpoint.
+  """
+  name, _ = phase_of(error)
+  text = str(error)
+  tasks = sorted(set(_TASK.findall(text)))
+  if "stopped sending heartbeats" in text:
+    why = "it stopped sending heartbeats"
+  else:  # "...aborted by: recvmsg:Connection reset by peer": the cause.
+    why = text.split("aborted by: ", 1)[-1].splitlines()[0].split(":")[-1]
+  lost = (f"Worker {' and '.join(tasks)} stopped answering ({why.strip()})"
+          if tasks else f"A worker of the cluster was lost ({tf_reason(error)})")
+  return Failure(EXIT_PREEMPTED, _sentences(
+      f"{lost} while {_doing(name)}: a multi-worker job cannot go on "
+      "without every worker.", _last_checkpoint(),
+      "Restart every worker of the job to resume."))
+
+
 def _last_checkpoint() -> str:
   if not _run.model_dir:
     return ""
