@@ -15,9 +15,10 @@ unevaluated:
   beyond that the oldest waiting is deleted, with a warning, and recorded
   in the ledger as "missing" (its `why` says so);
 * with no live evaluator (none started, its process gone, or, on another
-  host, its heartbeat seen unchanged for `PRESENCE_STALE_SECONDS`) nothing extra is kept, as TensorFlow would; what was kept is
-  deleted at the next save. A `--mode=train` job (`records_unwatched`)
-  records each checkpoint it so deletes that the ledger lacks as "missing"
+  host, its heartbeat seen unchanged for `PRESENCE_STALE_SECONDS`) nothing
+  extra is kept, as TensorFlow would; what was kept is deleted at the next
+  save. A `--mode=train` job (`records_unwatched`) records each checkpoint
+  it so deletes that the ledger lacks as "missing"
   (`continuous_eval.UNWATCHED`), so an evaluator started later can say
   which it never saw.
 
