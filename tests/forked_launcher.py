@@ -27,6 +27,8 @@ process, with its own exit status, output, signals and files; only the
 third-party import, about 4 s of CPU a launch, is done once, for any script
 (`launch_forked`, `start_forked` and `forked_in` in conftest.py).
 TensorFlow's runtime starts in the child: this process only imports.
+tests/fork_socket.py forks its children with `import_all` and `run_script`
+too, for commands typed in a shell.
 """
 
 import atexit
@@ -38,7 +40,6 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 
 PREFIX = "forked_launcher: "
 
@@ -48,21 +49,33 @@ def _answer(record):
   sys.__stdout__.flush()
 
 
-def _child(request):
-  """Runs the request's script as `__main__` with its argv; never returns."""
-  for fd, path in ((0, os.devnull), (1, request["stdout"]),
-                   (2, request["stderr"])):
-    target = (os.open(path, os.O_RDONLY) if fd == 0 else
-              os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-    os.dup2(target, fd)
-    os.close(target)
-  os.environ.update(request.get("env") or {})
+def import_all(modules):
+  """Imports `modules`, the launcher's third-party imports, once for every
+  child to come."""
+  for module in modules:
+    try:
+      importlib.import_module(module)
+    except ImportError:  # A name another module put in sys.modules.
+      pass
+
+
+def run_script(script, argv, environ, cwd=None, path=None):
+  """Runs SCRIPT as `python SCRIPT ARGV...` would, in this forked child;
+  never returns.
+
+  `environ` is all of the child's environment; `path` what follows SCRIPT's
+  folder on `sys.path` (this process's, if None). The exit status is the
+  interpreter's: SystemExit's code, 1 for an uncaught exception.
+  """
+  os.environ.clear()
+  os.environ.update(environ)
   tempfile.tempdir = None  # The import's, cached: the child's TMPDIR wins.
-  if request.get("cwd"):
-    os.chdir(request["cwd"])
-  script = request["script"]
-  sys.argv = [script, *request["argv"]]
-  sys.path[0] = os.path.dirname(os.path.abspath(script))  # As python SCRIPT.
+  if cwd:
+    os.chdir(cwd)
+  sys.argv = [script, *argv]
+  script = os.path.abspath(script)  # `__file__`, as python SCRIPT gives it.
+  sys.path[:] = [os.path.dirname(script),
+                 *(sys.path[1:] if path is None else path)]
   importlib.invalidate_caches()  # Modules written since this process began.
   code = 0
   try:
@@ -73,13 +86,28 @@ def _child(request):
     else:
       print(e.code, file=sys.stderr)
       code = 1
-  except BaseException:  # pylint: disable=broad-except
-    traceback.print_exc()
+  except BaseException as e:  # pylint: disable=broad-except
+    frames = e.__traceback__  # From SCRIPT's, as the interpreter shows them.
+    while frames and frames.tb_frame.f_code.co_filename != script:
+      frames = frames.tb_next
+    sys.excepthook(type(e), e.with_traceback(frames), frames)
     code = 1
   atexit._run_exitfuncs()  # pylint: disable=protected-access
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access
+
+
+def _child(request):
+  """Runs the request's script with its outputs in files; never returns."""
+  for fd, path in ((0, os.devnull), (1, request["stdout"]),
+                   (2, request["stderr"])):
+    target = (os.open(path, os.O_RDONLY) if fd == 0 else
+              os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    os.dup2(target, fd)
+    os.close(target)
+  run_script(request["script"], request["argv"],
+             {**os.environ, **(request.get("env") or {})}, request.get("cwd"))
 
 
 class _Children:
@@ -111,11 +139,7 @@ class _Children:
 
 
 def main():
-  for module in json.loads(sys.stdin.readline()):
-    try:
-      importlib.import_module(module)
-    except ImportError:  # A name another module put in sys.modules.
-      pass
+  import_all(json.loads(sys.stdin.readline()))
   children = _Children()
   _answer({"ready": os.getpid()})
   for line in sys.stdin:

@@ -19,19 +19,31 @@ The working directory holds links to this repository's `launchers/`,
 `experiments/`, `registry_imports.py` and `benchmarks/`, so
 `python launchers/train.py` works as from a clone; `tfm-ext-train` is the
 installed console script; nothing of the repository is on PYTHONPATH.
+
+The README and docs/getting-started.md, a new user's first path, run the
+real console script and interpreter. The other pages' `tfm-ext-train ...`
+and `python SCRIPT.py ...` are forked from one process that imported
+TensorFlow, TFM and Orbit once a session (tests/fork_socket.py: about 4 s
+of CPU less a command): a `tfm-ext-train` and a `python` first on PATH
+pass the command, its stdin, stdout, stderr, environment and working
+directory to it and stand for the child (its pid for `$!`, `kill` and
+`wait`, its exit status); `python -c`, `-m` or `-` is the real interpreter.
 """
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, _launcher_imports, built_once
+import fork_socket
 
 DOCS = os.path.join(REPO, "docs")
 LANGUAGES = ("sh", "python", "yaml", "text")
@@ -40,6 +52,8 @@ FENCE = re.compile(
     r"(?:<!-- not run: (?P<reason>[^\n]*?) -->\n)?"
     r"^```(?P<language>[^\n]*)\n(?P<body>.*?)^```$", re.S | re.M)
 PATH_LINE = re.compile(r"# ([\w./-]+\.\w+)")
+# A new user's first path: the real console script and interpreter.
+REAL_PROCESSES = ("README.md", "docs/getting-started.md")
 
 
 def pages():
@@ -78,19 +92,96 @@ def _run(command, cwd, env, stdin=None, timeout=600):
   return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
+def _reader_env(data_dir):
+  """A page's environment, but its PYTHONPATH (its working directory)."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("PYTHONPATH", "TFM_EXT_DATA_DIR")}
+  env.update(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2")
+  return env
+
+
+class _ForkServer:
+  """A tests/fork_socket.py process; its clients are in `bin`."""
+
+  def __init__(self, modules_json, env, directory):
+    self.socket = os.path.join(directory, "socket")
+    assert len(self.socket) < 100, f"{self.socket}: too long for a socket"
+    self.log = os.path.join(directory, "fork_socket.stderr")
+    self.bin = os.path.join(directory, "bin")
+    os.mkdir(self.bin)
+    with open(self.log, "w") as log:
+      self.proc = subprocess.Popen(
+          [sys.executable, fork_socket.__file__, self.socket, modules_json],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+          bufsize=0, env=env, cwd=directory, start_new_session=True)
+    try:
+      self._expect("ready", timeout=300)
+    except AssertionError:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+      self.proc.wait()
+      raise
+    fork_socket.write_shims(self.bin, self.socket)
+
+  def _expect(self, word, timeout):
+    said, expected = b"", f"{fork_socket.PREFIX}{word}\n".encode()
+    deadline = time.monotonic() + timeout
+    while not said.endswith(expected):
+      left = deadline - time.monotonic()
+      if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+        raise AssertionError(f"fork_socket.py did not say {word} within "
+                             f"{timeout} s (its log: {self.log})")
+      more = os.read(self.proc.stdout.fileno(), 4096)
+      if not more:
+        with open(self.log) as f:
+          raise AssertionError(f"fork_socket.py exited {self.proc.wait()}: "
+                               f"{f.read()[-3000:]}")
+      said += more
+
+  def wait_idle(self, timeout=60):
+    """Returns once the children of a block's killed commands ended."""
+    self.proc.stdin.write(b"idle\n")
+    self._expect("idle", timeout)
+
+  def close(self):
+    """Ends the server, what still runs with it, and its socket."""
+    self.proc.stdin.close()
+    try:
+      self.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+      self.proc.wait()
+      raise
+    assert self.proc.returncode == 0, f"fork_socket.py: see {self.log}"
+    assert not os.path.exists(self.socket)
+
+
+@pytest.fixture(scope="session")
+def fork_server(data_dir, tmp_path_factory):
+  """A `_ForkServer` for every page but REAL_PROCESSES, once a session."""
+  modules = built_once(tmp_path_factory, "launcher_imports",
+                       _launcher_imports)
+  server = _ForkServer(os.path.join(modules, "modules.json"),
+                       _reader_env(data_dir),
+                       str(tmp_path_factory.mktemp("fork_socket")))
+  yield server
+  server.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", pages())
-def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir):
+def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir,
+                                           request):
   cwd = tmp_path / "reader"
   (cwd / "tmp").mkdir(parents=True)
   for name in LINKED:
     os.symlink(os.path.join(REPO, name), cwd / name)
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("PYTHONPATH", "TFM_EXT_DATA_DIR")}
-  env.update(TFM_EXT_DATA_DIR=data_dir, PYTHONPATH=str(cwd),
-             TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(_reader_env(data_dir), PYTHONPATH=str(cwd))
   assert shutil.which("tfm-ext-train"), (
       "tfm-ext-train is not installed (pip install -e .)")
+  forks = None
+  if page not in REAL_PROCESSES:
+    forks = request.getfixturevalue("fork_server")
+    env["PATH"] = forks.bin + os.pathsep + env["PATH"]
   not_run = []
   for number, (language, body, reason) in enumerate(
       blocks(os.path.join(REPO, page)), 1):
@@ -117,6 +208,8 @@ def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir):
       result = _run([sys.executable, "-"], cwd, env, stdin=body)
     else:
       result = _run(["bash", "-euo", "pipefail", "-c", body], cwd, env)
+    if forks:  # What the block left running ended with it.
+      forks.wait_idle()
     assert result.returncode == 0, (
         f"{where} exited {result.returncode}:\n{body}\n--- stdout\n"
         f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-6000:]}")
