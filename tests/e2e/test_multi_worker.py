@@ -26,11 +26,10 @@ ARGS = ("--experiment=digits_rows", "--mode=train_and_eval")
 
 def worker_env(ports, index):
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  # No GCE_METADATA_IP: nothing asks the GCE metadata server where it runs
+  # (TF's preemption handler, which did, is not used).
   return {"TF_CONFIG": json.dumps({"cluster": cluster,
-                                   "task": {"type": "worker", "index": index}}),
-          # TF's preemption handler asks the GCE metadata server where it
-          # runs: point it at a closed loopback port, not the network.
-          "GCE_METADATA_IP": "127.0.0.1:9"}
+                                   "task": {"type": "worker", "index": index}})}
 
 
 def start_workers(start, model_dir, ports, override=MULTI):
