@@ -129,7 +129,10 @@ def _ratio(script: str, num: Sequence[str], den: Sequence[str],
     return results
 
   def figure(results):
-    n, d = get(results, num), get(results, den)
+    try:
+      n, d = get(results, num), get(results, den)
+    except KeyError:  # A run from before the script measured this.
+      return None, ""
     return n / d, text.format(n=n, d=d)
 
   figure.script = script
@@ -211,6 +214,14 @@ SCRIPT_ROWS = (
             ("variants", "launcher", "median", "collect_seconds"),
             "a full collection after the imports {d:.4f} s vs {n:.3f} s "
             "unfrozen")),
+    ("default-legacy-keras", 1.0,
+     "a launcher sets `TF_USE_LEGACY_KERAS=1` before importing TensorFlow "
+     "(`tf.keras` is TFM's Keras 2)",
+     "importing TensorFlow no longer loads Keras 3, which TFM does not use",
+     _ratio("startup", ("variants", "keras_3", "median",
+                        "import_cpu_seconds"),
+            ("variants", "launcher", "median", "import_cpu_seconds"),
+            "imports {d:.2f} s CPU vs {n:.2f} s with Keras 3")),
     ("default-parallel-map", 1.0,
      "tf.data: parallel map and prefetch in the ResNet training pipeline",
      "images decode and augment in parallel, ahead of the step",
@@ -333,7 +344,10 @@ def verdict(cells: Sequence[Dict[str, float]], floor: float) -> str:
   """Of the CPU ratios' spreads, idle and loaded: `met` if every median
   reaches `floor`; `parity` if every one is within `PARITY` of it;
   `within the spread` if the floor is below every upper quartile (the
-  pairs cannot tell); else `**missed**`: most pairs fall short."""
+  pairs cannot tell); else `**missed**`: most pairs fall short; "" for
+  no cell (not measured)."""
+  if not cells:
+    return ""
   if all(c["median"] >= floor for c in cells):
     return "met"
   if all(c["median"] >= PARITY * floor for c in cells):

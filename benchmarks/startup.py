@@ -15,9 +15,13 @@ imports; not `main`) and reports:
     frozen_objects     objects `gc.freeze` moved out of the collector's way
     peak_rss_mib       the process's peak resident memory
 
-for the launcher as it is (`launcher`) and two ablations: `collector_on`
-(`gc.disable` a no-op: the collector runs while importing) and `no_freeze`
-(`gc.freeze` a no-op). The variants alternate, in an order rotated each
+    import_cpu_seconds its CPU time (user and system)
+
+for the launcher as it is (`launcher`) and three ablations: `collector_on`
+(`gc.disable` a no-op: the collector runs while importing), `no_freeze`
+(`gc.freeze` a no-op) and `keras_3` (`TF_USE_LEGACY_KERAS=0`: `tf.keras`
+is Keras 3, which importing TensorFlow then loads, as in a process that
+is not a launcher's). The variants alternate, in an order rotated each
 repeat; figures are medians. Time to first step, which this shortens, is in
 `training_loops.py`'s tables.
 """
@@ -36,27 +40,31 @@ from benchmarks import _common
 LAUNCHER = os.path.join(_common.REPO, "launchers", "train.py")
 SIZES = {"repeats": 7}
 SMOKE_SIZES = {"repeats": 1}
-FIGURES = ("import_seconds", "full_collections", "collect_seconds",
-           "frozen_objects", "peak_rss_mib")
-# What each variant makes a no-op before the launcher's code runs.
-VARIANTS = {"launcher": None, "collector_on": "disable",
-            "no_freeze": "freeze"}
+FIGURES = ("import_seconds", "import_cpu_seconds", "full_collections",
+           "collect_seconds", "frozen_objects", "peak_rss_mib")
+# What each variant makes a no-op before the launcher's code runs, and the
+# environment it sets.
+VARIANTS = {"launcher": (None, {}), "collector_on": ("disable", {}),
+            "no_freeze": ("freeze", {}),
+            "keras_3": (None, {"TF_USE_LEGACY_KERAS": "0"})}
 
 CHILD = """
-import gc, json, resource, runpy, sys, time
+import gc, json, os, resource, runpy, sys, time
 if sys.argv[1] != "None":
   setattr(gc, sys.argv[1], lambda: None)
+os.environ.update(json.loads(sys.argv[3]))
 full = []
 gc.callbacks.append(lambda phase, info: phase == "stop"
                     and info["generation"] == 2 and full.append(1))
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 runpy.run_path(sys.argv[2], run_name="startup_benchmark")
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 collections = len(full)
 start = time.perf_counter()
 gc.collect()
 print(json.dumps({
-    "import_seconds": seconds, "full_collections": collections,
+    "import_seconds": seconds, "import_cpu_seconds": cpu,
+    "full_collections": collections,
     "collect_seconds": time.perf_counter() - start,
     "frozen_objects": gc.get_freeze_count(),
     "collector_enabled": gc.isenabled(),
@@ -67,8 +75,9 @@ print(json.dumps({
 
 def run_variant(variant: str) -> Dict[str, Any]:
   """Runs the launcher's module code in a fresh process; returns its figures."""
-  child = _common.run_child([_common.python(), "-c", CHILD,
-                             str(VARIANTS[variant]), LAUNCHER])
+  no_op, env = VARIANTS[variant]
+  child = _common.run_child([_common.python(), "-c", CHILD, str(no_op),
+                             LAUNCHER, json.dumps(env)])
   return json.loads(child["lines"][-1][1])
 
 
@@ -84,7 +93,8 @@ def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
         raise RuntimeError(f"{name}: the launcher left the collector off.")
       runs[name].append(result)
       print(f"[{repeat + 1}/{sizes['repeats']}] {name}: "
-            f"{result['import_seconds']:.2f} s, "
+            f"{result['import_seconds']:.2f} s "
+            f"({result['import_cpu_seconds']:.2f} s CPU), "
             f"{result['full_collections']} full collections, a full "
             f"collection after {result['collect_seconds'] * 1e3:.0f} ms",
             flush=True)

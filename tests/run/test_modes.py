@@ -147,25 +147,35 @@ def test_importing_the_launcher_changes_no_signal_handler():
           "signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)\n"
           "before = [signal.getsignal(s) for s in signals]\n"
           "import tfm_ext.run.launcher\n"
-          "print([signal.getsignal(s) for s in signals] == before)")
+          "import os\n"
+          "print([signal.getsignal(s) for s in signals] == before,\n"
+          "      os.environ.get('TF_USE_LEGACY_KERAS'))")
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
                         text=True, cwd=REPO,
-                        env=dict(os.environ, PYTHONPATH=REPO), check=False)
+                        env=dict(env, PYTHONPATH=REPO), check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert proc.stdout.split()[-1] == "True"
+  # Nor the user's tf.keras: a launcher's `begin` decides it, not an import.
+  assert proc.stdout.split()[-2:] == ["True", "None"]
 
 
 def test_launcher_freezes_what_it_imported_and_turns_the_collector_on():
   # The launcher imports with Python's collector off (start-up is 0.7 s
   # shorter); training must then run with it on, TensorFlow's objects frozen.
+  # Its TensorFlow's `tf.keras` is TFM's Keras 2, and Keras 3 was never
+  # imported (a third of TensorFlow's import).
   code = ("import gc, runpy, sys\n"
           "assert gc.isenabled()\n"
           "runpy.run_path(sys.argv[1], run_name='imported')\n"
-          "print(gc.isenabled(), gc.get_freeze_count())")
+          "import tensorflow as tf\n"
+          "print(gc.isenabled(), gc.get_freeze_count(),\n"
+          "      'keras._tf_keras' in sys.modules, tf.keras.__name__)")
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   proc = subprocess.run([sys.executable, "-c", code, TRAIN],
                         capture_output=True, text=True, cwd=REPO,
-                        env=dict(os.environ, PYTHONPATH=REPO), check=False)
+                        env=dict(env, PYTHONPATH=REPO), check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  enabled, frozen = proc.stdout.split()
+  enabled, frozen, keras_3, keras = proc.stdout.split()[-4:]
   assert enabled == "True"
   assert int(frozen) > 300_000, frozen  # TensorFlow's, TFM's, ours.
+  assert keras_3 == "False" and keras.startswith("tf_keras"), proc.stdout

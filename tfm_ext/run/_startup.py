@@ -26,6 +26,12 @@ no handler) and its `main` installs them, for a fork's script that did not
 call `begin`; the run's `tfm_ext.run.preemption.SignalWatcher` takes over
 from them.
 
+A launcher (`begin()`, not a library's import) sets
+`TF_USE_LEGACY_KERAS=1` unless the environment says otherwise: `tf.keras`
+is then `tf_keras` (Keras 2), which TFM's models and optimizers are, and
+importing TensorFlow no longer loads Keras 3 (with IPython), about a third
+of TensorFlow's import (benchmarks/RESULTS.md#default-legacy-keras).
+
 `begin` then sets TensorFlow's C++ log level to warnings (its start-up INFO
 lines would bury the progress lines; a value the user set wins) and turns
 Python's garbage collector off: the imports make hundreds of thousands of
@@ -75,6 +81,8 @@ def begin(signals: bool = True) -> None:
   if signals:
     install_signals()
     install_console()
+    # A launcher's process: `tf.keras` is Keras 2, what TFM builds with.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
   if _depth == 0 and gc.isenabled():
     gc.disable()
