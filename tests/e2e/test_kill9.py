@@ -13,14 +13,22 @@ from conftest import numeric_tensors
 from tfm_ext.actions import best_checkpoint
 
 TRIALS = 4
-STEPS = 800
-# Checkpoints every 10-step loop and an evaluation (so a best-checkpoint
-# export) every 50 steps: most of the run is spent near a write.
-ARGS = ("--experiment=digits_convnet", "--mode=train_and_eval",
-        f"--params_override=trainer.train_steps={STEPS},"
-        "trainer.steps_per_loop=10,trainer.summary_interval=10,"
-        "trainer.checkpoint_interval=10,trainer.validation_interval=50,"
-        "trainer.max_to_keep=2")
+STEPS = 800  # More than the trials reach: each is killed in training.
+VALIDATION_INTERVAL = 50
+
+
+def _args(steps):
+  # Checkpoints every 10-step loop and an evaluation (so a best-checkpoint
+  # export) every 50 steps: most of the run is spent near a write.
+  return ("--experiment=digits_convnet", "--mode=train_and_eval",
+          f"--params_override=trainer.train_steps={steps},"
+          "trainer.steps_per_loop=10,trainer.summary_interval=10,"
+          "trainer.checkpoint_interval=10,"
+          f"trainer.validation_interval={VALIDATION_INTERVAL},"
+          "trainer.max_to_keep=2")
+
+
+ARGS = _args(STEPS)
 
 
 def assert_restorable(model_dir):
@@ -67,10 +75,16 @@ def test_sigkill_anywhere_always_leaves_a_restorable_model_dir(
   assert len(kills) >= TRIALS or time.monotonic() > deadline, kills
   print("kills (phase, seconds into it, latest checkpoint):", kills)
 
-  final = launch_forked(*ARGS, model_dir=model_dir)
+  # The relaunch resumes from the last kill's checkpoint and finishes at
+  # the next evaluation (its best-checkpoint export) after it: the steps
+  # up to STEPS would prove nothing more.
+  latest = tf.train.latest_checkpoint(model_dir)
+  resumed_at = int(latest.rsplit("-", 1)[1]) if latest else 0
+  end = (resumed_at // VALIDATION_INTERVAL + 1) * VALIDATION_INTERVAL
+  final = launch_forked(*_args(end), model_dir=model_dir)
   assert final.returncode == 0, (kills, final)
   summary = final.summary()
-  assert summary["global_step"] == STEPS
+  assert summary["global_step"] == end
   # Every start after a kill that left a checkpoint resumed from it.
   assert summary["resumes"] >= any(latest for _, _, latest in kills), kills
   assert_restorable(model_dir)
