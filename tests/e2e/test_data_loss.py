@@ -35,8 +35,6 @@ import time
 import pytest
 import tensorflow as tf
 
-from conftest import SMOKE
-
 EXPERIMENT = "--experiment=digits_convnet"
 CADENCE = ("trainer.steps_per_loop=10,trainer.summary_interval=10,"
            "trainer.checkpoint_interval=10")
@@ -91,9 +89,9 @@ def _latest_step(model_dir):
 # -- a. A model_dir whose name holds glob characters ------------------------
 
 # job1: 40 steps, a checkpoint every 10, all kept; an evaluation every 20,
-# so best_ckpt/ holds best_ckpt-20 and -40. The glob-named run keeps one of
-# each, so its sweep deletes ckpt-10, -20, -30 and one best checkpoint: on
-# today's code, job1's as well as its own.
+# so best_ckpt/ holds best_ckpt-20 and -40 (it is c.'s finished run too).
+# The glob-named run keeps one of each, so its sweep deletes ckpt-10, -20,
+# -30 and one best checkpoint: on today's code, job1's as well as its own.
 JOB1 = ("--mode=train_and_eval", "--params_override=trainer.train_steps=40,"
         + CADENCE + ",trainer.validation_interval=20,trainer.max_to_keep=10")
 GLOBBED = ("--mode=train_and_eval", "--params_override=trainer.train_steps=40,"
@@ -219,18 +217,16 @@ def test_trainer_that_lost_its_lease_writes_nothing(start_forked, tmp_path):
 
 # -- c. A run never erases its own results ---------------------------------
 
-FINISHED = ("--mode=train_and_eval", f"--params_override={SMOKE}")
+FINISHED = JOB1
 
 
 @pytest.fixture(scope="module")
-def finished(launch_forked, tmp_path_factory):
-  """A finished 40-step train_and_eval and its run summary."""
-  model_dir = tmp_path_factory.mktemp("finished") / "m"
-  run = launch_forked(EXPERIMENT, *FINISHED, model_dir=model_dir)
-  assert run.returncode == 0, run
-  summary = run.summary()
+def finished(job1):
+  """A finished 40-step train_and_eval (job1's) and its run summary."""
+  with open(os.path.join(job1, "run_summary.json")) as f:
+    summary = json.load(f)
   assert summary["global_step"] == 40 and summary["eval_metrics"], summary
-  return model_dir, summary
+  return job1, summary
 
 
 def _log_text(model_dir):
@@ -271,8 +267,8 @@ def test_resume_below_the_checkpoints_step_keeps_its_record(
     launch_forked, finished, tmp_path):
   model_dir = tmp_path / "m"
   shutil.copytree(finished[0], model_dir)
-  run = launch_forked(EXPERIMENT, FINISHED[0], "--params_override=" +
-                      SMOKE.replace("train_steps=40", "train_steps=20"),
+  run = launch_forked(EXPERIMENT, FINISHED[0],
+                      FINISHED[1].replace("train_steps=40", "train_steps=20"),
                       model_dir=model_dir)
   _assert_record_kept(run, finished[1])
 
@@ -316,6 +312,7 @@ CLAIM_ENV = {"TFM_EXT_CLAIM_RENEW_SECONDS": "0.5",
 SLOW_EVAL = ("--params_override=task.validation_data.global_batch_size=2,"
              "trainer.eval_tf_function=false,"
              "trainer.continuous_eval_timeout=120")
+# The checkpoints of conftest's `two_checkpoints`, which the session shares.
 EVAL_STEPS = (10, 20)
 # What is not compared: logs, the TensorBoard events and what is drawn from
 # them, and what each evaluator writes of its own run as it exits.
@@ -324,17 +321,6 @@ EVAL_STEPS = (10, 20)
 NOT_LEDGER = ("logs", "validation", "metrics.csv", "curves.png",
               "eval_summary.json", "operative_config.continuous_eval.gin",
               "evaluators")
-
-
-@pytest.fixture(scope="module")
-def two_checkpoints(launch_forked, tmp_path_factory):
-  model_dir = tmp_path_factory.mktemp("two_ckpts") / "m"
-  run = launch_forked(EXPERIMENT, "--mode=train",
-                      "--params_override=trainer.train_steps=20," + CADENCE
-                      + ",trainer.max_to_keep=10,"
-                      "trainer.validation_interval=1000", model_dir=model_dir)
-  assert run.returncode == 0, run
-  return model_dir
 
 
 def _claim(model_dir, checkpoint):
