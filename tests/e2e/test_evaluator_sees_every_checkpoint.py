@@ -94,18 +94,19 @@ def test_on_a_bucket_a_vanished_checkpoint_is_missing_a_stale_one_read_again(
 
 # -- A trainer and an evaluator in two processes, end to end ----------------
 
-# 8 checkpoints, 4 kept (TensorFlow would keep the last 4 alone): the bound,
-# 2 x 4, holds every one, so what an evaluator misses is only what was
-# rotated away before it was present. Small evaluations (2 batches) and
-# larger training batches keep the trainer the slower of the two.
-MAX_TO_KEEP = 4
-OVERRIDE = ("--params_override=trainer.train_steps=80,"
+# 4 checkpoints, 2 kept (TensorFlow would keep the last 2 alone): the bound,
+# 2 x 2, holds every one, so what an evaluator misses is only what was
+# rotated away before it was present; the one started after its trainer
+# still finds 2 rotated away. Small evaluations (2 batches) and larger
+# training batches keep the trainer the slower of the two.
+MAX_TO_KEEP = 2
+OVERRIDE = ("--params_override=trainer.train_steps=40,"
             "trainer.steps_per_loop=10,trainer.summary_interval=10,"
             f"trainer.checkpoint_interval=10,trainer.max_to_keep={MAX_TO_KEEP},"
             "trainer.validation_interval=1000,trainer.validation_steps=2,"
             "task.train_data.global_batch_size=256,"
             "trainer.continuous_eval_timeout=300")
-SAVED = list(range(10, 81, 10))
+SAVED = list(range(10, 41, 10))
 EXPERIMENT = "--experiment=digits_convnet"
 
 
@@ -271,10 +272,12 @@ def _end_line(stdout):
 def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
     start_forked, tmp_path):
   # The experiment's defaults (max_to_keep 3, a checkpoint every 100 steps,
-  # one every 0.7-1.2 s here), 20 checkpoints: before, 8-12 of them were
+  # one every 0.7-1.2 s here), 15 checkpoints: before, 8-12 of 20 were
   # deleted unevaluated (a claim's 1 s settle for each checkpoint and a 1 s
   # poll after each listing made the evaluator slower than its trainer),
-  # and its presence was written only once its model was built.
+  # and its presence was written only once its model was built. 15 are
+  # enough to see that: an evaluator at half its trainer's pace is 7 or 8
+  # behind at the end, more than retention's bound of 2 x 3 keeps for it.
   model_dir = tmp_path / "m"
   evaluator = start_forked(EXPERIMENT, "--mode=continuous_eval",
                            model_dir=model_dir)
@@ -283,7 +286,7 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
   (present,) = eval_claims.live_evaluators(str(model_dir))
   assert present["pid"] == evaluator.proc.pid, present
   trainer = start_forked(EXPERIMENT, "--mode=train",
-                         "--params_override=trainer.train_steps=2000",
+                         "--params_override=trainer.train_steps=1500",
                          model_dir=model_dir)
   trained = trainer.finish(timeout=600)
   assert trained.returncode == 0, trained
@@ -293,19 +296,19 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
   log = _local_log(str(model_dir))
   saved = [int(s) for s in re.findall(
       r"saved checkpoint to \S*ckpt-(\d+)\.", log)]
-  assert saved == list(range(100, 2001, 100)), log[-3000:]
+  assert saved == list(range(100, 1501, 100)), log[-3000:]
   assert re.search(r"Evaluator \S+ is live: from ckpt-100 on", log)
   assert "before any evaluator recorded it" not in log, log[-3000:]
   entries = continuous_eval.read_ledger(str(model_dir))
   assert [(e["global_step"], e["status"]) for e in entries] == [
       (step, "evaluated") for step in saved], entries
   end = _end_line(evaluated.stdout)
-  assert end == ("continuous_eval | 20 checkpoint(s) evaluated here, 0 by "
+  assert end == ("continuous_eval | 15 checkpoint(s) evaluated here, 0 by "
                  "other evaluators"), end
   summary = evaluated.summary("eval_summary.json")
   assert summary["status"] == "completed", summary
   assert summary["evaluations"] == {
-      "checkpoints": 20, "evaluated_here": 20, "evaluated_by_others": 0,
+      "checkpoints": 15, "evaluated_here": 15, "evaluated_by_others": 0,
       "not_evaluated": 0, "complete": True, "missed": [],
       "claims_taken_over": [], "said": end}, summary
   assert not os.listdir(model_dir / eval_claims.PRESENCE)
@@ -313,18 +316,18 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
 
 def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
     launch_forked, tmp_path):
-  # 30 checkpoints, 5 kept, no evaluator while training: 25 rotated away
+  # 15 checkpoints, 5 kept, no evaluator while training: 10 rotated away
   # unevaluated; of the 5 left, one cut short.
   model_dir = tmp_path / "m"
   trained = launch_forked(
       EXPERIMENT, "--mode=train",
-      "--params_override=trainer.train_steps=300,trainer.steps_per_loop=10,"
+      "--params_override=trainer.train_steps=150,trainer.steps_per_loop=10,"
       "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
       "trainer.max_to_keep=5,trainer.validation_interval=1000,"
       "trainer.validation_steps=2", model_dir=model_dir)
   assert trained.returncode == 0, trained
   (data,) = (model_dir / n for n in os.listdir(model_dir)
-             if n.startswith("ckpt-280.data"))
+             if n.startswith("ckpt-130.data"))
   data.write_bytes(data.read_bytes()[:100])
 
   evaluated = launch_forked(EXPERIMENT, "--mode=continuous_eval",
@@ -333,8 +336,8 @@ def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
   end = _end_line(evaluated.stdout)
   assert end.startswith(
       "continuous_eval | 4 checkpoint(s) evaluated here, 0 by other "
-      "evaluators | not evaluated: 25 missing (ckpt-10, ckpt-20 ... ckpt-250: "
-      f"{continuous_eval.UNWATCHED}), 1 unreadable (ckpt-280: its files do "
+      "evaluators | not evaluated: 10 missing (ckpt-10, ckpt-20 ... ckpt-100: "
+      f"{continuous_eval.UNWATCHED}), 1 unreadable (ckpt-130: its files do "
       "not read ("), end
   assert end in evaluated.stderr  # The log's warning, on the console too.
   summary = evaluated.summary("eval_summary.json")
@@ -342,10 +345,10 @@ def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
   counted = summary["evaluations"]
   assert counted["said"] == end
   assert (counted["checkpoints"], counted["evaluated_here"],
-          counted["not_evaluated"], counted["complete"]) == (30, 4, 26, False)
+          counted["not_evaluated"], counted["complete"]) == (15, 4, 11, False)
   missed = counted["missed"]
   assert [(m["global_step"], m["status"]) for m in missed] == [
-      (step, "missing") for step in range(10, 251, 10)] + [
-          (280, "unreadable")], missed
+      (step, "missing") for step in range(10, 101, 10)] + [
+          (130, "unreadable")], missed
   assert all(m["why"] == continuous_eval.UNWATCHED for m in missed[:-1])
   assert missed[-1]["why"].startswith("its files do not read ("), missed
