@@ -25,19 +25,18 @@ import uuid
 import pytest
 
 from conftest import DOUBLES_TRAIN
-from conftest import REPO
 import gcs_box as gcs_box_lib
 
 # pylint: disable=redefined-outer-name
 
 WORKER_PORT = 2222  # Each host has its own ports: one port for every worker.
-STEPS = 60
-# TensorFlow would delete the first 3 of the 7 checkpoints (one each loop,
+STEPS = 40
+# TensorFlow would delete the first 2 of the 5 checkpoints (one each loop,
 # and the preemption's) before the evaluator on host3 sees them; retention
 # (tfm_ext.model_dir.retention) keeps those not yet evaluated while the
-# evaluator's presence beats, up to 2 x 4: the run's 7, so none is
+# evaluator's presence beats, up to 2 x 3: the run's 5, so none is
 # evaluated or deleted by chance.
-MAX_TO_KEEP = 4
+MAX_TO_KEEP = 3
 MULTI = (f"trainer.train_steps={STEPS},trainer.steps_per_loop=10,"
          "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
          f"trainer.max_to_keep={MAX_TO_KEEP},task.model.dropout_rate=0.0,"
@@ -62,41 +61,32 @@ def hosts(gcs_box):
     pytest.skip(f"no hosts in the GCS box: {e}")
 
 
-# `python SCRIPT ARGV...`, once SCRIPT's imports are done and a line came
-# on stdin: a launch whose start the test times to the second.
-_HELD = """
-import os, runpy, sys
-script, argv = sys.argv[1], sys.argv[2:]
-sys.argv, sys.path[0] = [script], os.path.dirname(script)  # As python SCRIPT.
-import tfm_ext.run.launcher, doubles  # What SCRIPT imports: TensorFlow, TFM.
-sys.stdin.readline()
-sys.argv = [script, *argv]
-runpy.run_path(script, run_name="__main__")
-"""
-
-
 class Job:
   """A launcher on a host; its stdout and stderr in files of the test's.
 
-  A `held` one imports, then waits for `go` to run.
+  Forked on the host (`forked_in`) from a process that imported TensorFlow
+  there once: a job is its own process, with the host's network, name and
+  `/tmp`. That `/tmp` hides the test's, so the job writes its output
+  through the test's open descriptors (`/proc/PID/fd/N`, the same file on
+  any mount). A `held` one starts when the test says `go`.
   """
 
-  def __init__(self, host, argv, out_dir, env=None, held=False):
+  def __init__(self, forked_in, host, argv, out_dir, env=None, held=False):
     self.host = host
     self.out = os.path.join(out_dir, f"{host.name}-{uuid.uuid4().hex[:6]}")
-    env = {"TFM_EXT_DATA_DIR": "/tmp/data", "TF_CPP_MIN_LOG_LEVEL": "2",
-           "PYTHONPATH": REPO, "PYTHONUNBUFFERED": "1", **(env or {})}
-    hold = ["-c", _HELD] if held else []
-    with open(self.out + ".stdout", "w") as out, \
-        open(self.out + ".stderr", "w") as err:
-      self.proc = host.start([sys.executable, *hold, DOUBLES_TRAIN, *argv],
-                             env=env, cwd=REPO, stdout=out, stderr=err,
-                             stdin=subprocess.PIPE if held else None)
+    self._files = [open(self.out + ".stdout", "w"),
+                   open(self.out + ".stderr", "w")]
+    stdout, stderr = (f"/proc/{os.getpid()}/fd/{f.fileno()}"
+                      for f in self._files)
+    env = {"TFM_EXT_DATA_DIR": "/tmp/data", **(env or {})}
+    self._start = lambda: forked_in.start(host, argv, stdout=stdout,
+                                          stderr=stderr, env=env,
+                                          script=DOUBLES_TRAIN)
+    self.proc = None if held else self._start()
 
   def go(self):
-    """Lets a `held` job run."""
-    self.proc.stdin.write(b"go\n")
-    self.proc.stdin.close()
+    """Starts a `held` job."""
+    self.proc = self._start()
 
   def stdout(self):
     with open(self.out + ".stdout") as f:
@@ -124,10 +114,13 @@ class Job:
     finally:
       self.proc.kill()
       self.proc.wait()
+      for f in self._files:
+        f.close()
     return self.proc.returncode
 
   def __repr__(self):
-    return (f"job on {self.host.name} (exit {self.proc.poll()})\n--- stdout\n"
+    code = self.proc and self.proc.poll()
+    return (f"job on {self.host.name} (exit {code})\n--- stdout\n"
             f"{self.stdout()[-2000:]}\n--- stderr\n{self.stderr()[-5000:]}")
 
 
@@ -137,8 +130,8 @@ def _tf_config(workers, index):
                      "task": {"type": "worker", "index": index}})
 
 
-def _start_workers(workers, model_dir, out_dir, env):
-  return [Job(host, ["--experiment=digits_rows", "--mode=train",
+def _start_workers(forked_in, workers, model_dir, out_dir, env):
+  return [Job(forked_in, host, ["--experiment=digits_rows", "--mode=train",
                      f"--model_dir={model_dir}", f"--params_override={MULTI}"],
               out_dir,
               env={"TF_CONFIG": _tf_config(workers, i),
@@ -160,7 +153,7 @@ def _checkpoint_steps(box, prefix):
 
 def _stop(jobs):
   for job in jobs:
-    if job.proc.poll() is None:
+    if job.proc and job.proc.poll() is None:
       job.proc.kill()
       job.proc.wait()
 
@@ -211,7 +204,7 @@ def test_a_job_outside_its_host_is_refused_before_it_starts(gcs_box, hosts,
 
 @pytest.mark.slow
 def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
-    gcs_box, hosts, tmp_path):
+    gcs_box, hosts, forked_in, tmp_path):
   prefix = f"hosts-{uuid.uuid4().hex[:8]}"
   model_dir = gcs_box.bucket_url(prefix)
   workers, evaluator_host = hosts[:2], hosts[2]
@@ -223,12 +216,12 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     assert host.run(["mkdir", env["TMPDIR"]]).returncode == 0
   # Started first: it waits for the trainer's params.yaml, then for each
   # checkpoint, through the preemption too (up to 300 s without one).
-  evaluator = Job(evaluator_host, [
+  evaluator = Job(forked_in, evaluator_host, [
       "--experiment=digits_rows", "--mode=continuous_eval",
       f"--model_dir={model_dir}",
       "--params_override=trainer.continuous_eval_timeout=300"], str(tmp_path),
                   env=env)
-  jobs = _start_workers(workers, model_dir, str(tmp_path), env)
+  jobs = _start_workers(forked_in, workers, model_dir, str(tmp_path), env)
   try:
     # SIGTERM to the worker that is not the chief, once it trained a loop.
     jobs[1].wait_until(lambda: any(s >= 10 for s in jobs[1].steps()))
@@ -243,7 +236,7 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
     assert 10 <= saved < STEPS, summary
     assert _checkpoint_steps(gcs_box, prefix)[-1] == saved
 
-    jobs = _start_workers(workers, model_dir, str(tmp_path), env)
+    jobs = _start_workers(forked_in, workers, model_dir, str(tmp_path), env)
     assert [job.finish() for job in jobs] == [0, 0], jobs
     summary = _json(gcs_box, f"{prefix}/run_summary.json")
     assert (summary["status"], summary["global_step"]) == ("completed", STEPS)
@@ -292,7 +285,7 @@ def test_workers_on_two_hosts_are_preempted_resume_and_a_third_evaluates_all(
 
 @pytest.mark.slow
 def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
-    gcs_box, hosts, tmp_path):
+    gcs_box, hosts, forked_in, tmp_path):
   prefix = f"lease-{uuid.uuid4().hex[:8]}"
   model_dir = gcs_box.bucket_url(prefix)
   lease_name = f"{prefix}/trainer_lease.json"
@@ -306,10 +299,11 @@ def test_the_lease_judges_a_holder_on_another_host_by_its_heartbeat(
                "TMPDIR": f"/tmp/{prefix}"}
   for host in hosts[:2]:
     assert host.run(["mkdir", lease_env["TMPDIR"]]).returncode == 0
-  holder = Job(hosts[0], train, str(tmp_path), env=lease_env)
-  # Imported while the holder starts; launched when the test says.
-  second = Job(hosts[1], train, str(tmp_path), env=lease_env, held=True)
-  relaunch = Job(hosts[1], train[:-1] + [override.format(20, 20)],
+  holder = Job(forked_in, hosts[0], train, str(tmp_path), env=lease_env)
+  # Launched when the test says.
+  second = Job(forked_in, hosts[1], train, str(tmp_path), env=lease_env,
+               held=True)
+  relaunch = Job(forked_in, hosts[1], train[:-1] + [override.format(20, 20)],
                  str(tmp_path), env=lease_env, held=True)
   jobs = [holder, second, relaunch]
   try:
