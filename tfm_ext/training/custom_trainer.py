@@ -69,6 +69,9 @@ class CustomTrainer(base_trainer.Trainer):
       (`devices.xla_scope`).
     * `train_loop_end` reports the learning rate of every optimizer when the
       model trains with several (`learning_rate/<name>`).
+    * It creates the optimizer's slots before the first loop, where Keras
+      creates them inside the loop's first trace: the loop is traced once,
+      not twice (`optimizers.create_weights`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
     * Its datasets get a private tf.data pool of `input_threads` threads
       when `runtime.dataset_num_private_threads` is set (TFM declares the
@@ -122,6 +125,12 @@ class CustomTrainer(base_trainer.Trainer):
         replicated_step=self._run_replicas_eagerly_or_traced)
     if evaluate:
       eval_count.watch(self)
+    self._after_first_loop = lambda: None
+    if train and type(self).replica_step is CustomTrainer.replica_step:
+      # The task's step updates the model's trainable variables: the first
+      # loop is then traced once, not twice (`create_weights`).
+      self._after_first_loop = optimizers.create_weights(
+          self.optimizer, self.model.trainable_variables)
 
   def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
     """TFM's `distribute_dataset`, the datasets given `input_threads`."""
@@ -173,7 +182,9 @@ class CustomTrainer(base_trainer.Trainer):
     The default is the task's `train_step` (compiled with XLA where
     configured). Override it to replace the whole step (two optimizers, a
     GAN's two updates, a counter of your own); the trainer then adds
-    `logs[task.loss]` to `training_loss` and counts the step.
+    `logs[task.loss]` to `training_loss` and counts the step. Overridden,
+    the optimizer's slots are made in the loop's first trace, as Keras makes
+    them (the default's are made before: `optimizers.create_weights`).
     """
     return self._task_train_step(inputs, model=self.model,
                                  optimizer=self.optimizer,
@@ -214,6 +225,8 @@ class CustomTrainer(base_trainer.Trainer):
     """
     self.join()
     self._loop_ends += 1
+    if self._loop_ends == 1:
+      self._after_first_loop()
     if self._loop_ends == 2 and not self._coordinator:
       # A parameter server's coordinator stays eager.
       self._read_train_logs = devices.traced_or_eager(self.read_train_logs)
