@@ -2,6 +2,7 @@
 
     python benchmarks/first_step.py [--rounds=5] [--label=NAME] [--out=FILE]
     python benchmarks/first_step.py --smoke     # one round, a scratch file
+    python benchmarks/first_step.py --workloads=dlrm_criteo,...  # some
 
 Every process is fresh (`python ...` as a user types it) and trains one
 step, then exits. Per workload, ours and stock run one after the other as
@@ -22,6 +23,16 @@ a pair, and which of them runs first alternates round by round:
                             ours is (`registry_imports.py`, to find the
                             experiment), without the vision registrations
                             `official/vision/train.py` would import
+    TFM's own experiments (`_tfm_experiments.NAMES`: RetinaNet, Mask R-CNN,
+                     DeepLabV3, the video classifier, DLRM), shrunk by
+                     their configs in `tests/e2e/tfm_configs/` on the data
+                     of tests/e2e/test_tfm_experiments.py, the same config
+                     file and overrides for both:
+                     ours   `python launchers/train.py` (`--registry=`
+                            `official.vision.registry_imports`; DLRM's
+                            `--trainer=ranking`)
+                     stock  `python official/vision/train.py` (DLRM's
+                            `official/recommendation/ranking/train.py`)
 
 Per process, on this process's clock from the spawn: the wall time to the
 first step's line (ours prints `step 1/1 | ...` on stdout, stock's Orbit
@@ -55,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
+from benchmarks import _tfm_experiments
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -85,13 +97,35 @@ SIZES = {"rounds": 5}
 SMOKE_SIZES = {"rounds": 1}
 
 
-def commands(records: str) -> Dict[str, Dict[str, List[str]]]:
-  """`{workload: {variant: argv}}`; `{model_dir}` is filled in per process."""
+WORKLOADS = ("resnet_imagenet", "digits_convnet", *_tfm_experiments.NAMES)
+
+
+def _tfm_experiment(name: str, overrides: Dict[str, str]
+                    ) -> Dict[str, List[str]]:
+  """Ours and stock TFM's train.py on one of TFM's experiments, one step."""
+  workload = dataclasses.replace(_tfm_experiments.fed(
+      training_loops.WORKLOADS[name], overrides), train_steps=1,
+                                 steps_per_loop=1, summary_interval=1)
+  ours = training_loops._argv(  # pylint: disable=protected-access
+      workload, training_loops.VARIANTS["ours"], "{model_dir}")
+  env = ["env", *workload.env] if workload.env else []
+  return {"ours": ours,
+          "stock": [*env, _common.python(), _tfm_experiments.stock_script(name),
+                    *ours[ours.index(f"--experiment={name}"):]]}
+
+
+def commands(records: str, tfm_overrides: Dict[str, str]
+             ) -> Dict[str, Dict[str, List[str]]]:
+  """`{workload: {variant: argv}}`; `{model_dir}` is filled in per process.
+
+  `tfm_overrides`: of TFM's experiments measured, each one's data overrides
+  (`_tfm_experiments.write`).
+  """
   resnet = ["--experiment=resnet_imagenet", "--mode=train",
             "--model_dir={model_dir}", f"--config_file={RESNET_CONFIG}",
             "--params_override=" + RESNET_OVERRIDES.format(records=records)]
   python = _common.python()
-  return {
+  return {**{
       "resnet_imagenet": {
           "ours": [python, training_loops.TRAIN, *resnet],
           "stock": [python, "-m", "official.vision.train", *resnet]},
@@ -99,7 +133,8 @@ def commands(records: str) -> Dict[str, Dict[str, List[str]]]:
           variant: training_loops._argv(  # pylint: disable=protected-access
               DIGITS, training_loops.VARIANTS[name], "{model_dir}")
           for variant, name in (("ours", "ours"), ("stock", "stock_tfm"))},
-  }
+  }, **{name: _tfm_experiment(name, tfm_overrides)
+        for name in tfm_overrides}}
 
 
 def _process_cpu(pid: int) -> Optional[float]:
@@ -173,12 +208,13 @@ def time_process(argv: Sequence[str], timeout: float = 900.0
 
 def measure(sizes: Dict[str, Any],
             argvs: Optional[Dict[str, Dict[str, List[str]]]] = None,
-            after_round: Callable[[Dict[str, Any]], None] = lambda _: None
-            ) -> Dict[str, Any]:
+            after_round: Callable[[Dict[str, Any]], None] = lambda _: None,
+            workloads: Sequence[str] = WORKLOADS) -> Dict[str, Any]:
   """`sizes["rounds"]` rounds of pairs per workload; each process in turn.
 
   Returns `processes`, one row per process (`FIELDS`), and each workload's
-  commands; `after_round` is given them so far after each round.
+  commands (of `workloads`, unless `argvs` gives them); `after_round` is
+  given them so far after each round.
   """
   records = None
   if argvs is None:
@@ -186,7 +222,10 @@ def measure(sizes: Dict[str, Any],
     from benchmarks import _imagenet_records  # Imports TensorFlow.
     records = tempfile.mkdtemp(prefix="bench_records_")
     _imagenet_records.write(records, copies=1)
-    argvs = commands(records)
+    tfm = [name for name in workloads if name in _tfm_experiments.NAMES]
+    argvs = {name: argv for name, argv in commands(
+        records, _tfm_experiments.write(records, tfm) if tfm else {}).items()
+             if name in workloads}
   rows = []
   out = {"sizes": sizes, "fields": list(FIELDS), "processes": rows,
          "commands": argvs}
@@ -221,7 +260,7 @@ def per_variant(record: Dict[str, Any]) -> Dict[tuple, Dict[str, Any]]:
   values: Dict[tuple, Dict[str, List[float]]] = {}
   for row in _rows(record):
     by = values.setdefault((row["workload"], row["variant"]), {})
-    for figure in FIGURES + ("load_1min",):
+    for figure in FIGURES + ("load_1min", "peak_rss_mib"):
       if row[figure] is not None:
         by.setdefault(figure, []).append(row[figure])
   return {key: {f: _common.spread(v) for f, v in by.items()}
@@ -265,11 +304,18 @@ def main(argv=None) -> str:
   parser.add_argument("--rounds", type=int, default=SIZES["rounds"])
   parser.add_argument("--smoke", action="store_true",
                       help="One round, into a scratch file.")
+  parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                      help=f"Comma-separated, of: {', '.join(WORKLOADS)}.")
   parser.add_argument("--label", default="",
                       help="The run's condition, in its file name.")
   parser.add_argument("--out", help="The record's path (default: "
                       "results/<date>-first-step[-<label>].json).")
   args = parser.parse_args(argv)
+  workloads = args.workloads.split(",")
+  unknown = sorted(set(workloads) - set(WORKLOADS))
+  if unknown:
+    parser.error(f"--workloads: unknown {unknown}; give any of "
+                 f"{', '.join(WORKLOADS)}")
   started = time.time()
   name = time.strftime("%Y-%m-%d-%H%M", time.gmtime()) + "-first-step" + (
       f"-{args.label}" if args.label else "")
@@ -287,7 +333,7 @@ def main(argv=None) -> str:
     _common.write_json(path, record)
 
   measured = measure(SMOKE_SIZES if args.smoke else {"rounds": args.rounds},
-                     after_round=save)
+                     after_round=save, workloads=workloads)
   record["complete"] = True
   save(measured)
   _report(record["first_step"])

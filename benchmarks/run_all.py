@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
+from benchmarks import _tfm_experiments
 from benchmarks import first_step
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -57,10 +58,17 @@ SESSIONS = {
         # Emulated bfloat16 (no AVX512-BF16 or AMX) takes ten times as long.
         "resnet50_bfloat16": ("resnet50", ("ours", "ours_bfloat16"), 4, 1,
                               600),
+        # TFM's own experiments, each against stock TFM's own loop for it
+        # (`--only=tfm_experiments` runs the five): about 5 minutes each,
+        # Mask R-CNN's start-up alone a minute or two.
+        **{name: (name, ("ours", "stock_tfm"), 8, 2, 300)
+           for name in _tfm_experiments.NAMES},
     },
     "smoke": {"digits_convnet": ("digits_convnet", ("ours", "stock_tfm"), 1,
                                  1)},
 }
+# Names `--only` takes for several sessions.
+GROUPS = {"tfm_experiments": _tfm_experiments.NAMES}
 # The full run's scripts, each run idle and with one core busy (`--busy`).
 SCRIPTS = ("input_pipelines", "checkpoint_cost", "loop_costs", "startup")
 
@@ -90,6 +98,17 @@ PAIR_ROWS = (
     ("target-resnet50-keras-fit", "resnet50", "keras_fit", 1.0,
      "ResNet50: ours against Keras `Model.fit`",
      "no slower than Keras's own loop"),
+    *((f"target-tfm-{anchor}-stock-tfm", name, "stock_tfm", 1.0,
+       f"TFM's `{name}` (its test's config and data): ours against stock "
+       f"TFM ({stock})", "no slower than the TFM trainer it replaces")
+      for anchor, name, stock in (
+          ("retinanet", "retinanet_resnetfpn_coco", "`official/vision/train.py`"),
+          ("maskrcnn", "maskrcnn_resnetfpn_coco", "`official/vision/train.py`"),
+          ("deeplabv3", "seg_deeplabv3_pascal", "`official/vision/train.py`"),
+          ("video-classification", "video_classification_kinetics400",
+           "`official/vision/train.py`"),
+          ("dlrm", "dlrm_criteo",
+           "`official/recommendation/ranking/train.py`'s `RankingTrainer`"))),
     ("default-input-pool", "digits_convnet", "ours_private_pool", None,
      "the input on tf.data's own pool, as in stock TFM "
      "(`runtime.dataset_num_private_threads` unset), against a private pool "
@@ -273,9 +292,11 @@ def run(mode: str, label: str = "", busy: int = 0,
       if only and session not in only:
         continue
       print(f"== {session}: {', '.join(variants)}", flush=True)
-      results["sessions"][session] = training_loops.pairs(
-          training_loops.WORKLOADS[workload], variants, rounds, loops,
-          budget=budget[0] if budget else None)
+      with _tfm_experiments.prepared(
+          training_loops.WORKLOADS[workload]) as prepared:
+        results["sessions"][session] = training_loops.pairs(
+            prepared, variants, rounds, loops,
+            budget=budget[0] if budget else None)
       _save(path, results, started)
     for script in SCRIPTS if mode == "full" else ():
       if only and script not in only:
@@ -482,6 +503,7 @@ def render(directory: str) -> str:
   lines += _table(["run", "mode", "cores busy throughout", "session",
                    "CPU idle", "CPU loaded", "wall idle", "wall loaded",
                    "load avg", "minutes", "machine"], rows)
+  lines += _tfm_memory(runs)
   lines += _first_step(runs)
   with_sessions = [run for run in runs if run.get("sessions")]
   if with_sessions:
@@ -498,11 +520,16 @@ FIRST_STEP_ROWS = (
     ("first-step-digits-convnet", "digits_convnet",
      "`digits_convnet`, the default experiment: ours against stock TFM's "
      "`train_lib.run_experiment`"),
+    *((f"first-step-tfm-{name.split('_')[0]}", name,
+       f"TFM's `{name}` (its test's config and data): ours against stock "
+       f"(`{_tfm_experiments.stock_script(name, relative=True)}`)")
+      for name in _tfm_experiments.NAMES),
 )
 
 
 def _first_step(runs: Sequence[Dict[str, Any]]) -> List[str]:
-  """The time to first step, from the newest `first_step.py` record."""
+  """The time to first step: each workload's rows from the newest
+  `first_step.py` record that measured it."""
   lines = ["", "## Time to first step", "",
            "`first_step.py`: fresh processes, each training one step from a "
            "cold interpreter and exiting, ours and stock in interleaved "
@@ -511,41 +538,80 @@ def _first_step(runs: Sequence[Dict[str, Any]]) -> List[str]:
            "the first step's line and to the exit; each cell: **median** "
            "(interquartile range; min-max; processes). The ratio is stock's "
            "over ours per pair: above 1 favours ours. The CPU time to the "
-           "first step decides (`verdict`, floor 1: no slower than stock).",
-           ""]
-  run = next((r for r in reversed(runs) if "first_step" in r), None)
-  if not run:
+           "first step decides (`verdict`, floor 1: no slower than stock). "
+           "Each workload's rows come from the newest record that measured "
+           "it.", ""]
+  records = [r for r in runs if "first_step" in r]
+  if not records:
     return lines + ["Not measured yet."]
-  record = run["first_step"]
-  stats = first_step.per_variant(record)
-  ratios = first_step.pair_ratios(record)
-  loads = [row[record["fields"].index("load_1min")]
-           for row in record["processes"]]
-  rows = []
+  rows, used = [], []
   for anchor, workload, claim in FIRST_STEP_ROWS:
-    if workload not in ratios:
+    run = next((r for r in reversed(records)
+                if workload in first_step.pair_ratios(r["first_step"])), None)
+    if not run:
       rows.append([f'<a id="{anchor}"></a>{claim}', "stock/ours",
-                   *["not measured"] * len(first_step.FIGURES), ""])
+                   *["not measured"] * len(first_step.FIGURES), "", ""])
       continue
+    if run not in used:
+      used.append(run)
+    stats = first_step.per_variant(run["first_step"])
+    ratios = first_step.pair_ratios(run["first_step"])[workload]
     for i, variant in enumerate(first_step.VARIANTS):
       rows.append([f'<a id="{anchor}"></a>{claim}' if i == 0 else "",
                    variant, *(_fmt(stats[(workload, variant)].get(f), 1)
-                              for f in first_step.FIGURES), ""])
-    rows.append(["", "stock/ours", *(_fmt(ratios[workload].get(f))
-                                     for f in first_step.FIGURES),
-                 verdict([ratios[workload]["first_step_cpu_s"]], 1.0)])
-  rounds = len({row[0] for row in record["processes"]})
-  stopped = "" if run.get("complete", True) else " (stopped part-way)"
-  m = run["machine"]
-  return lines + _table(["workload", "", "CPU to first step (s)",
-                         "wall to first step (s)", "CPU to exit (s)",
-                         "wall to exit (s)", "CPU to first step, floor 1"],
-                        rows) + [
-                            "", f"From {_source(run)}: {rounds} rounds"
-                            f"{stopped}, {run['busy_cores_throughout']} cores "
-                            "kept busy, load average (1 min, at each spawn) "
-                            f"{_fmt(_common.spread(loads), 1, '')}; "
-                            f"{m['cpu']}, {m['cores']} cores, {m['date']}."]
+                              for f in first_step.FIGURES),
+                   f"{stats[(workload, variant)]['peak_rss_mib']['median']:.0f}"
+                   if "peak_rss_mib" in stats[(workload, variant)] else "",
+                   ""])
+    rows.append(["", "stock/ours", *(_fmt(ratios.get(f))
+                                     for f in first_step.FIGURES), "",
+                 f"{verdict([ratios['first_step_cpu_s']], 1.0)} "
+                 f"(`{run['file']}`)"])
+  lines += _table(["workload", "", "CPU to first step (s)",
+                   "wall to first step (s)", "CPU to exit (s)",
+                   "wall to exit (s)", "peak RSS (MiB)",
+                   "CPU to first step, floor 1"], rows) + [""]
+  for run in used:
+    record = run["first_step"]
+    loads = [row[record["fields"].index("load_1min")]
+             for row in record["processes"]]
+    rounds = len({row[0] for row in record["processes"]})
+    stopped = "" if run.get("complete", True) else " (stopped part-way)"
+    m = run["machine"]
+    lines.append(f"From {_source(run)}: {rounds} rounds{stopped}, "
+                 f"{run['busy_cores_throughout']} cores kept busy, load "
+                 "average (1 min, at each spawn) "
+                 f"{_fmt(_common.spread(loads), 1, '')}; {m['cpu']}, "
+                 f"{m['cores']} cores, {m['date']}.")
+  return lines
+
+
+def _tfm_memory(runs: Sequence[Dict[str, Any]]) -> List[str]:
+  """Peak memory and first step of TFM's experiments in their sessions."""
+  lines = ["", "## TFM's own experiments: memory", "",
+           "The sessions of the rows `target-tfm-*` above (`--only="
+           "tfm_experiments`): each side's peak resident memory over its "
+           "whole session (`VmHWM`), and the seconds from its spawn to its "
+           "first progress line (one process each, started while the other "
+           "was stopped: `first_step.py` times that properly). Below 1, "
+           "stock/ours favours stock.", ""]
+  rows = []
+  for name in _tfm_experiments.NAMES:
+    run = next((r for r in reversed(runs)
+                if _session_with(r, name, "stock_tfm")), None)
+    if not run:
+      rows.append([f"`{name}`", *["not measured"] * 3, "", "", ""])
+      continue
+    v = _session_with(run, name, "stock_tfm")["variants"]
+    peaks = [v[side].get("peak_rss_mib") for side in ("ours", "stock_tfm")]
+    rows.append([f"`{name}`", *(f"{p:.0f}" if p else "" for p in peaks),
+                 f"{peaks[1] / peaks[0]:.3f}" if all(peaks) else "",
+                 *(f"{v[side]['first_step_seconds']:.1f}"
+                   for side in ("ours", "stock_tfm")), _source(run)])
+  return lines + _table(["experiment", "peak RSS ours (MiB)",
+                         "peak RSS stock (MiB)", "stock/ours",
+                         "first step ours (s)", "first step stock (s)",
+                         "run"], rows)
 
 
 def _details(run: Dict[str, Any]) -> List[str]:
@@ -612,7 +678,8 @@ def main(argv=None) -> Optional[str]:
   parser.add_argument("--only", default="",
                       help="Comma-separated: only these sessions and scripts "
                       "of the mode (full: "
-                      f"{', '.join([*SESSIONS['full'], *SCRIPTS])}).")
+                      f"{', '.join([*SESSIONS['full'], *SCRIPTS, *GROUPS])}"
+                      ").")
   parser.add_argument("--results", default=RESULTS_DIR,
                       help="The results directory (smoke: a scratch one).")
   args = parser.parse_args(argv)
@@ -621,7 +688,8 @@ def main(argv=None) -> Optional[str]:
     if args.smoke and args.results == RESULTS_DIR:
       directory = tempfile.mkdtemp(prefix="bench_smoke_")
     mode_name = "quick" if args.quick else "smoke" if args.smoke else "full"
-    only = [name for name in args.only.split(",") if name]
+    only = [session for name in args.only.split(",") if name
+            for session in GROUPS.get(name, (name,))]
     unknown = sorted(set(only) - set(SESSIONS[mode_name]) - set(
         SCRIPTS if mode_name == "full" else ()))
     if unknown:

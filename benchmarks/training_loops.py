@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import importlib
 import json
 import os
 import queue
@@ -53,11 +54,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import _common  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import _common
+from benchmarks import _tfm_experiments
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 TRAIN = os.path.join(_common.REPO, "launchers", "train.py")
 PROGRESS_LINE = re.compile(r"^step (\d+)/\d+ \|")
@@ -81,10 +85,25 @@ class Workload:
   # `run_variant` times examples/s from this step to `train_steps`.
   warmup_steps: int = 0
   overrides: str = ""
+  # TFM's own experiments (`_tfm_experiments.py`): the config file both
+  # sides read, the module ours registers it from (`--registry`) and our
+  # `--trainer`; the stock child that runs TFM's own loop for it and the
+  # module it imports first; environment variables of both sides'
+  # processes; and the experiment of tests/e2e/test_tfm_experiments.py
+  # whose data and overrides it takes (`_tfm_experiments.prepared`).
+  config_file: str = ""
+  registry: str = ""
+  trainer: str = ""
+  stock: str = "stock_tfm"
+  stock_registry: str = "registry_imports"
+  env: Tuple[str, ...] = ()
+  tfm_data: str = ""
 
   def params_override(self, extra: str = "") -> str:
     """The `--params_override` every variant of this workload runs with."""
     return ",".join(part for part in (
+        # 0: the config file's batch.
+        self.global_batch_size and
         f"task.train_data.global_batch_size={self.global_batch_size}",
         f"trainer.train_steps={self.train_steps}",
         f"trainer.steps_per_loop={self.steps_per_loop}",
@@ -109,6 +128,11 @@ WORKLOADS = {
     "resnet50": Workload("resnet50_imagenet_ctl", 2, ENDLESS_STEPS, 2, 2,
                          overrides=SYNTHETIC),
 }
+# TFM's own experiments, shrunk by the tests' configs (their batches: 2,
+# DLRM's 8), on the tests' data (`_tfm_experiments.prepared`).
+WORKLOADS.update({name: Workload(name, 0, ENDLESS_STEPS,
+                                 **_tfm_experiments.launch(name))
+                  for name in _tfm_experiments.NAMES})
 VARIANTS = {
     "ours": Variant("ours"),
     "stock_tfm": Variant("stock_tfm"),
@@ -127,12 +151,22 @@ VARIANTS = {
 
 def _argv(workload: Workload, variant: Variant, model_dir: str) -> List[str]:
   override = workload.params_override(variant.extra)
+  # `env` execs the interpreter: the process measured keeps its pid.
+  env = ["env", *workload.env] if workload.env else []
+  config = ([f"--config_file={workload.config_file}"]
+            if workload.config_file else [])
   if variant.runner == "ours":
-    return [_common.python(), TRAIN, f"--experiment={workload.experiment}",
-            "--mode=train", f"--model_dir={model_dir}",
+    return [*env, _common.python(), TRAIN,
+            *([f"--registry={workload.registry}"] if workload.registry
+              else []),
+            *([f"--trainer={workload.trainer}"] if workload.trainer else []),
+            f"--experiment={workload.experiment}", "--mode=train",
+            f"--model_dir={model_dir}", *config,
             f"--params_override={override}"]
-  return [_common.python(), os.path.abspath(__file__),
-          f"--child={variant.runner}", f"--experiment={workload.experiment}",
+  runner = workload.stock if variant.runner == "stock_tfm" else variant.runner
+  return [*env, _common.python(), os.path.abspath(__file__),
+          f"--child={runner}", f"--registry={workload.stock_registry}",
+          f"--experiment={workload.experiment}", *config,
           f"--params_override={override}", f"--model_dir={model_dir}"]
 
 
@@ -347,19 +381,26 @@ WINDOW_FIELDS = ("round", "condition", "variant", "steps", "wall_s", "cpu_s",
 # -- Children: one variant each, printing TrainProgress lines ---------------
 
 
-def _child(runner: str, experiment: str, params_override: str,
-           model_dir: str) -> None:
-  """Trains one variant in this process, printing a progress line per loop."""
+def _child(runner: str, registry: str, experiment: str, config_file: str,
+           params_override: str, model_dir: str) -> None:
+  """Trains one variant in this process, printing a progress line per loop.
+
+  `registry` is imported first: the module that registers the experiment
+  (stock TFM's vision runs import `official.vision.registry_imports`, as
+  `official/vision/train.py` does).
+  """
   from tfm_ext.model_dir import run_summary  # pylint: disable=g-import-not-at-top
   start_time = run_summary.process_start_time()
-  import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
+  importlib.import_module(registry)
   from official.core import train_utils  # pylint: disable=g-import-not-at-top
   from official.modeling import performance  # pylint: disable=g-import-not-at-top
   from tfm_ext.actions import console  # pylint: disable=g-import-not-at-top
   # TFM's own parsing, as `official/vision/train.py` does it.
   params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
-      experiment=experiment, config_file=[], params_override=params_override))
-  if params.runtime.mixed_precision_dtype:
+      experiment=experiment, config_file=[config_file] if config_file else [],
+      params_override=params_override))
+  # Ranking's train.py sets no policy.
+  if params.runtime.mixed_precision_dtype and runner != "stock_ranking":
     performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
 
   def clock(global_step):
@@ -371,23 +412,28 @@ def _child(runner: str, experiment: str, params_override: str,
   CHILDREN[runner](params, model_dir, clock)
 
 
-def _stock_tfm(params, model_dir, clock):
-  """TFM's `train.py` path: `train_lib.run_experiment`, `base_trainer.Trainer`.
-
-  The clock is added as a train action by the controller factory, which is
-  where the trainer's global step first becomes visible.
-  """
+def _clocked_controller(clock):
+  """An `orbit.Controller` factory that adds the clock as a train action:
+  the controller is where the trainer's global step first becomes visible."""
   import orbit  # pylint: disable=g-import-not-at-top
-  from official.common import distribute_utils  # pylint: disable=g-import-not-at-top
-  from official.core import task_factory  # pylint: disable=g-import-not-at-top
-  from official.core import train_lib  # pylint: disable=g-import-not-at-top
-  from official.core import train_utils  # pylint: disable=g-import-not-at-top
 
   def controller(**kwargs):
     kwargs["train_actions"] = [*(kwargs.get("train_actions") or ()),
                                clock(kwargs["global_step"])]
     return orbit.Controller(**kwargs)
 
+  return controller
+
+
+def _stock_tfm(params, model_dir, clock):
+  """TFM's `train.py` path: `train_lib.run_experiment`, `base_trainer.Trainer`
+  (`official/vision/train.py`'s, with its registry imported)."""
+  from official.common import distribute_utils  # pylint: disable=g-import-not-at-top
+  from official.core import task_factory  # pylint: disable=g-import-not-at-top
+  from official.core import train_lib  # pylint: disable=g-import-not-at-top
+  from official.core import train_utils  # pylint: disable=g-import-not-at-top
+
+  controller = _clocked_controller(clock)
   train_utils.serialize_config(params, model_dir)
   runtime = params.runtime
   strategy = distribute_utils.get_distribution_strategy(
@@ -399,6 +445,23 @@ def _stock_tfm(params, model_dir, clock):
   train_lib.run_experiment(distribution_strategy=strategy, task=task,
                            mode="train", params=params, model_dir=model_dir,
                            controller_cls=controller)
+
+
+def _stock_ranking(params, model_dir, clock):
+  """`official/recommendation/ranking/train.py`'s `main` as it runs: its
+  `RankingTrainer` in `train_lib.run_experiment`, given the clocked
+  controller; its flags are this process's own (`--experiment`, ...)."""
+  del params, model_dir  # Its main parses and makes them again.
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official.core import train_lib  # pylint: disable=g-import-not-at-top
+  from official.recommendation.ranking import common  # pylint: disable=g-import-not-at-top
+  from official.recommendation.ranking import train  # pylint: disable=g-import-not-at-top
+  run_experiment = train_lib.run_experiment
+  train_lib.run_experiment = lambda **kwargs: run_experiment(
+      **kwargs, controller_cls=_clocked_controller(clock))
+  common.define_flags()
+  flags.FLAGS([sys.argv[0], *sys.argv[1:], "--mode=train"], known_only=True)
+  train.main(None)
 
 
 def _model_parts(params):
@@ -471,7 +534,8 @@ def _keras_fit(params, model_dir, clock, summaries=False):
             verbose=0, callbacks=callbacks)
 
 
-CHILDREN = {"stock_tfm": _stock_tfm, "handwritten": _handwritten,
+CHILDREN = {"stock_tfm": _stock_tfm, "stock_ranking": _stock_ranking,
+            "handwritten": _handwritten,
             "keras_fit": _keras_fit,
             "keras_fit_tensorboard": functools.partial(_keras_fit,
                                                        summaries=True)}
@@ -490,19 +554,23 @@ def main(argv=None) -> Dict[str, Any]:
   parser.add_argument("--out", help="Write the results as JSON here.")
   parser.add_argument("--child", choices=sorted(CHILDREN),
                       help=argparse.SUPPRESS)
+  parser.add_argument("--registry", help=argparse.SUPPRESS)
   parser.add_argument("--experiment", help=argparse.SUPPRESS)
+  parser.add_argument("--config_file", default="", help=argparse.SUPPRESS)
   parser.add_argument("--params_override", help=argparse.SUPPRESS)
   parser.add_argument("--model_dir", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
-    _child(args.child, args.experiment, args.params_override, args.model_dir)
+    _child(args.child, args.registry, args.experiment, args.config_file,
+           args.params_override, args.model_dir)
     return {}
   names = args.variants.split(",")
   unknown = sorted(set(names) - set(VARIANTS))
   if unknown:
     parser.error(f"--variants: unknown {unknown}; give any of "
                  f"{', '.join(VARIANTS)}")
-  results = pairs(WORKLOADS[args.workload], names, args.rounds, args.loops)
+  with _tfm_experiments.prepared(WORKLOADS[args.workload]) as workload:
+    results = pairs(workload, names, args.rounds, args.loops)
   if args.out:
     _common.write_json(args.out, results)
   return results

@@ -129,6 +129,32 @@ def test_a_run_writes_one_file_of_paired_windows_and_renders_its_rows(
   assert re.search(r'id="default-input-pool".*not measured', text)
 
 
+def test_tfm_experiments_run_ours_and_stock_tfms_own_loop_on_one_config():
+  # No process: what each side of a TFM experiment's pair is started with.
+  for name, stock, registry in (
+      ("seg_deeplabv3_pascal", "stock_tfm",
+       "official.vision.registry_imports"),
+      ("dlrm_criteo", "stock_ranking",
+       "official.recommendation.ranking.train")):
+    workload = training_loops.WORKLOADS[name]
+    ours, theirs = (training_loops._argv(
+        workload, training_loops.VARIANTS[v], "/m")
+                    for v in ("ours", "stock_tfm"))
+    shared = [f"--experiment={name}",
+              f"--config_file={workload.config_file}"]
+    assert os.path.exists(workload.config_file)
+    assert training_loops.TRAIN in ours and set(shared) <= set(ours)
+    assert f"--child={stock}" in theirs and set(shared) <= set(theirs)
+    assert f"--registry={registry}" in theirs
+    override = next(a for a in ours if a.startswith("--params_override="))
+    assert override in theirs and "trainer.train_steps=" in override
+  assert "--trainer=ranking" in ours and ours[:2] == [
+      "env", "TF_USE_LEGACY_KERAS=1"]
+  assert run_all.GROUPS["tfm_experiments"] == tuple(
+      n for n in run_all.SESSIONS["full"] if n in run_all.GROUPS[
+          "tfm_experiments"])
+
+
 def _session(rows):
   return {"window_fields": list(training_loops.WINDOW_FIELDS),
           "windows": [[r, c, v, 10, wall, cpu, 0.0]
