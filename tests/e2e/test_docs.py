@@ -12,6 +12,11 @@ tested", says so to the reader):
 - a `sh` block runs under `bash -euo pipefail` and must exit 0;
 - a block whose fence follows `<!-- not run: <reason> -->` is not run (a
   TPU, a real bucket, the test command itself); the reason is required;
+- a `text` block whose fence follows `<!-- output -->` is what the run
+  block before it printed: each of its lines matches a line the block
+  printed, on stdout or stderr, in the order of that stream; `...` or `…`
+  stands for any text, `<word>` for a value (`<pid>`, `<step>`); lines
+  printed and not shown are allowed, so it may show the lines that matter;
 - every `/tmp/` in a `sh` or `python` block is the working directory's
   `tmp/`, so pages can name model_dirs as a reader would.
 
@@ -49,8 +54,10 @@ DOCS = os.path.join(REPO, "docs")
 LANGUAGES = ("sh", "python", "yaml", "text")
 LINKED = ("launchers", "experiments", "registry_imports.py", "benchmarks")
 FENCE = re.compile(
-    r"(?:<!-- not run: (?P<reason>[^\n]*?) -->\n)?"
+    r"(?:<!-- (?:not run: (?P<reason>[^\n]*?)|(?P<output>output)) -->\n)?"
     r"^```(?P<language>[^\n]*)\n(?P<body>.*?)^```$", re.S | re.M)
+# In an output block: any text, and a value.
+ELIDED = re.compile(r"\.\.\.|…|<[a-z][a-z_ ]*>")
 PATH_LINE = re.compile(r"# ([\w./-]+\.\w+)")
 # A new user's first path: the real console script and interpreter.
 REAL_PROCESSES = ("README.md", "docs/getting-started.md")
@@ -63,12 +70,12 @@ def pages():
 
 
 def blocks(path):
-  """(language, body, reason not run or None), in page order."""
+  """(language, body, reason not run or None, whether output), in order."""
   with open(path) as f:
     text = f.read()
   assert not re.search(r"^[ \t]+```", text, re.M), (
       f"{path}: an indented fence (this test runs fences at the margin)")
-  found = [(m["language"].strip(), m["body"], m["reason"])
+  found = [(m["language"].strip(), m["body"], m["reason"], bool(m["output"]))
            for m in FENCE.finditer(text)]
   assert text.count("\n```") == 2 * len(found), (
       f"{path}: a fence this test cannot pair")
@@ -90,6 +97,40 @@ def _run(command, cwd, env, stdin=None, timeout=600):
       pass
     proc.wait()
   return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _line_pattern(shown):
+  """A shown output line as a regular expression of a printed line."""
+  parts = ELIDED.split(shown.strip())
+  wildcards = [".*" if m.group() in ("...", "…") else ".+"
+               for m in ELIDED.finditer(shown.strip())]
+  pattern = re.escape(parts[0])
+  for wildcard, part in zip(wildcards, parts[1:]):
+    pattern += wildcard + re.escape(part)
+  return re.compile(pattern)
+
+
+def unshown_lines(shown, stdout, stderr):
+  """The lines of `shown` that the block did not print, in order.
+
+  Each shown line is looked for in stdout, then in stderr, after the line
+  of that stream the previous shown line of it matched.
+  """
+  streams = [[line.strip() for line in text.splitlines()]
+             for text in (stdout, stderr)]
+  at = [0, 0]
+  missing = []
+  for line in filter(str.strip, shown.splitlines()):
+    pattern = _line_pattern(line)
+    for index, printed in enumerate(streams):
+      found = next((i for i in range(at[index], len(printed))
+                    if pattern.fullmatch(printed[i])), None)
+      if found is not None:
+        at[index] = found + 1
+        break
+    else:
+      missing.append(line)
+  return missing
 
 
 def _reader_env(data_dir):
@@ -184,13 +225,27 @@ def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir,
     forks = request.getfixturevalue("fork_server")
     env["PATH"] = forks.bin + os.pathsep + env["PATH"]
   not_run = []
-  for number, (language, body, reason) in enumerate(
+  ran = None  # The last block run: (where, its result).
+  for number, (language, body, reason, output) in enumerate(
       blocks(os.path.join(REPO, page)), 1):
     where = f"{page}, code block {number} ({language or 'no language'})"
     assert language in LANGUAGES, f"{where}: name one of {LANGUAGES}"
     if reason is not None:
       assert reason.strip(), f"{where}: 'not run' needs its reason"
       not_run.append(f"{where}: {reason}")
+      ran = None
+      continue
+    if output:
+      assert language == "text" and ran, (
+          f"{where}: an output block is a text block after a block run")
+      ran_where, result = ran
+      printed = [text.replace(f"{cwd}/tmp/", "/tmp/")
+                 for text in (result.stdout, result.stderr)]
+      missing = unshown_lines(body, *printed)
+      assert not missing, (
+          f"{where} shows what {ran_where} did not print:\n"
+          + "\n".join(missing) + f"\n--- stdout\n{printed[0][-3000:]}"
+          f"\n--- stderr\n{printed[1][-3000:]}")
       continue
     if language == "text":
       continue
@@ -214,7 +269,23 @@ def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir,
     assert result.returncode == 0, (
         f"{where} exited {result.returncode}:\n{body}\n--- stdout\n"
         f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-6000:]}")
+    ran = (where, result)
   print("\n".join(not_run))
+
+
+def test_an_output_block_matches_lines_printed_in_order_with_elisions():
+  printed = "step 1/20 | accuracy 0.1 | first step after 3.2s\nnoise\n" \
+            "done | train | step 20 | 9.1s\n"
+  error = "error: /tmp/job is in use (pid 12, host h)\n"
+  assert not unshown_lines(
+      "step 1/20 | accuracy ... | first step after …s\n"
+      "error: /tmp/job is in use (pid <pid>, host <host>)\n"
+      "done | train | step 20 | ...", printed, error)
+  # Out of order within a stream, a value that differs, a line not printed.
+  assert unshown_lines("done | train | step 20 | ...\nstep 1/20 | ...",
+                       printed, error) == ["step 1/20 | ..."]
+  assert unshown_lines("done | train | step 30 | ...", printed, error)
+  assert unshown_lines("error: ... (pid <pid>, host )", printed, error)
 
 
 def test_the_manual_builds_with_no_broken_link_or_anchor(tmp_path):
