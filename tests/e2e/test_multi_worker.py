@@ -4,8 +4,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -205,10 +203,12 @@ tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
 
 @pytest.mark.slow
 def test_a_parameter_server_cluster_trains_and_a_sidecar_evaluates(
-    launch, tmp_path):
+    launch_forked, forked_in, tmp_path):
   # TFM's parameter-server training: a worker and a ps (TensorFlow's
   # servers, as a cluster runs them) and the chief, our launcher, on
-  # loopback; then the evaluator the refusal of train_and_eval names.
+  # loopback; then the evaluator the refusal of train_and_eval names. All
+  # five are forked (`forked_in`, `launch_forked`): none is about an
+  # interpreter's start-up.
   chief, worker, ps = free_ports(3)
   cluster = {"chief": [f"127.0.0.1:{chief}"],
              "worker": [f"127.0.0.1:{worker}"], "ps": [f"127.0.0.1:{ps}"]}
@@ -216,14 +216,16 @@ def test_a_parameter_server_cluster_trains_and_a_sidecar_evaluates(
   def tf_config(kind):
     return json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}})
 
-  servers = [subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-c", SERVER], stdout=subprocess.DEVNULL,
-      stderr=subprocess.DEVNULL,
-      env={**os.environ, "TF_CONFIG": tf_config(kind),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}) for kind in ("worker", "ps")]
+  server_py = tmp_path / "server.py"
+  server_py.write_text(SERVER)
+  servers = [forked_in.start(None, [], stdout=tmp_path / f"{kind}.stdout",
+                             stderr=tmp_path / f"{kind}.stderr",
+                             env={"TF_CONFIG": tf_config(kind)},
+                             script=str(server_py))
+             for kind in ("worker", "ps")]
   try:
     model_dir = tmp_path / "ps"
-    trained = launch(
+    trained = launch_forked(
         "--experiment=digits_convnet", "--mode=train",
         "--params_override=runtime.distribution_strategy=parameter_server,"
         "trainer.train_steps=20,trainer.steps_per_loop=10,"
@@ -239,13 +241,13 @@ def test_a_parameter_server_cluster_trains_and_a_sidecar_evaluates(
   summary = trained.summary()
   assert summary["strategy"].startswith("ParameterServerStrategy"), summary
   assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-20")
-  refused = launch("--experiment=digits_convnet", "--mode=train_and_eval",
-                   "--params_override=runtime.distribution_strategy="
-                   "parameter_server", model_dir=tmp_path / "refused",
-                   env={"TF_CONFIG": tf_config("chief")})
+  refused = launch_forked(
+      "--experiment=digits_convnet", "--mode=train_and_eval",
+      "--params_override=runtime.distribution_strategy=parameter_server",
+      model_dir=tmp_path / "refused", env={"TF_CONFIG": tf_config("chief")})
   assert refused.returncode == 2, refused
   assert "--mode=continuous_eval" in refused.stderr, refused.stderr
-  sidecar = launch(
+  sidecar = launch_forked(
       "--experiment=digits_convnet", "--mode=continuous_eval",
       "--params_override=runtime.distribution_strategy=one_device",
       model_dir=model_dir)
