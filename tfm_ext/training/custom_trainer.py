@@ -128,9 +128,17 @@ class CustomTrainer(base_trainer.Trainer):
     self._after_first_loop = lambda: None
     if train and type(self).replica_step is CustomTrainer.replica_step:
       # The task's step updates the model's trainable variables: the first
-      # loop is then traced once, not twice (`create_weights`).
-      self._after_first_loop = optimizers.create_weights(
-          self.optimizer, self.model.trainable_variables)
+      # loop is then traced once, not twice (`create_weights`). A model
+      # built at its first call (a Sequential without an input shape) has
+      # none yet, and Keras raises for them: its slots are then made in the
+      # first trace, as before.
+      try:
+        variables = self.model.trainable_variables
+      except ValueError:
+        variables = []
+      if variables:
+        self._after_first_loop = optimizers.create_weights(self.optimizer,
+                                                           variables)
 
   def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
     """TFM's `distribute_dataset`, the datasets given `input_threads`."""
