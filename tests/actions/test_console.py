@@ -48,6 +48,23 @@ def test_the_eta_comes_from_steps_when_the_batch_size_is_unknown():
   assert stream.getvalue().splitlines()[-1] == "step 20/30 | 0 ex/s | ETA 0:00:02"
 
 
+def test_a_loop_that_ran_no_step_prints_no_line():
+  # A signal between two loops: the next one runs no step, returns no logs.
+  step = tf.Variable(0, dtype=tf.int64)
+  now = [0.0]
+  stream = io.StringIO()
+  progress = console.TrainProgress(
+      global_step=step, total_steps=300, global_batch_size=8,
+      start_time=0.0, clock=lambda: now[0], stream=stream)
+  for steps, logs in ((1, {"loss": 1.0}), (99, {"loss": 0.5}), (0, {})):
+    step.assign_add(steps)
+    now[0] += 1.0
+    progress(logs)
+  lines = stream.getvalue().splitlines()
+  assert len(lines) == 2, lines
+  assert lines[-1].startswith("step 100/300 | loss 0.5 | "), lines
+
+
 def test_the_progress_rate_does_not_swing_with_a_loop_that_also_saved():
   step = tf.Variable(0, dtype=tf.int64)
   now = [0.0]

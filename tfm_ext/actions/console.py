@@ -89,6 +89,8 @@ class TrainProgress:
   def __call__(self, output: Mapping[str, Any]) -> None:
     now = self._clock()
     step = int(self._global_step.numpy())
+    if self._last is not None and step == self._last[0] and not output:
+      return  # A loop that ran no step (a signal came before it): no news.
     self.last_logs = scalars(output)
     parts = [f"step {step}/{self._total_steps}"]
     if self.last_logs:
