@@ -71,6 +71,19 @@ def data_dir(tmp_path_factory):
   return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _autograph_cache(tmp_path_factory):
+  """One AutoGraph cache (tfm_ext/training/autograph_cache.py) a session.
+
+  Shared by every xdist worker and launch, as a user's machine shares its
+  own: a launch converts only what no launch before it did. Not the
+  user's cache, which a suite must not read or fill.
+  """
+  path = built_once(tmp_path_factory, "autograph_cache", lambda path: None)
+  os.environ["TFM_EXT_AUTOGRAPH_CACHE"] = path
+  return path
+
+
 def tiny_manager(model_dir, max_to_keep, records_unwatched=False):
   """A trainer's manager of a tiny checkpoint, and `save(step)`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -74,6 +74,7 @@ from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.run import strategies
 from tfm_ext.run import waits
+from tfm_ext.training import autograph_cache
 from tfm_ext.training import trainers
 
 
@@ -144,6 +145,7 @@ def request_for(sources: params_lib.ConfigSources, *, mode: str,
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
   environment.check()
+  autograph_cache.install()  # Before any trace: a relaunch converts nothing.
   params = request.params
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)
