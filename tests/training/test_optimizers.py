@@ -13,6 +13,7 @@ from official.modeling.optimization import ema_optimizer
 
 from conftest import numeric_tensors
 import downstream_registry
+import tfm_ext
 from tfm_ext.training import optimizers
 
 EMA = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
@@ -116,3 +117,39 @@ def test_a_run_traces_its_first_training_loop_once(run_in_process, tmp_path):
   # The recording of which variables have gradients ended with the first
   # loop.
   assert "apply_gradients" not in vars(trainer.optimizer)
+
+
+class _BuiltAtFirstCall(tf_keras.Model):
+  """A subclassed model: no variables until its first call."""
+
+  def __init__(self):
+    super().__init__()
+    self.flatten = tf_keras.layers.Flatten()
+    self.dense = tf_keras.layers.Dense(10)
+
+  def call(self, x, training=False):
+    return self.dense(self.flatten(x))
+
+
+tfm_ext.register_model("test_subclassed_at_first_call")(
+    lambda config: _BuiltAtFirstCall())
+tfm_ext.register_model("test_sequential_at_first_call")(
+    lambda config: tf_keras.Sequential([tf_keras.layers.Flatten(),
+                                        tf_keras.layers.Dense(10)]))
+
+
+@pytest.mark.parametrize("model", ["test_subclassed_at_first_call",
+                                   "test_sequential_at_first_call"])
+def test_a_model_built_at_its_first_call_gets_its_slots_in_the_trace(
+    run_in_process, tmp_path, model):
+  # No variables before the first call: nothing to make slots for, or
+  # Keras refuses to list them (a Sequential without an input shape). The
+  # first trace makes them, as Keras does, and the run trains.
+  summary, _ = run_in_process(
+      "digits_convnet", "train", tmp_path,
+      f"task.model.name={model},trainer.train_steps=4,"
+      "trainer.steps_per_loop=2", trainer="recording")
+  assert summary.status == "completed" and summary.global_step == 4
+  trainer = downstream_registry.RecordingTrainer.instances[-1]
+  slots = [v.name for v in trainer.optimizer.variables()]
+  assert any("/m:" in name for name in slots), slots

@@ -33,8 +33,8 @@ def create_weights(optimizer, variables) -> Callable[[], None]:
   (`tf_keras.optimizers.legacy`, which TFM's factory builds, also under
   TFM's EMA and Keras's loss scaling) create their slots, `iterations` and
   hyperparameters in the first `apply_gradients`, inside that first trace:
-  the first loop traced the whole step twice, about half of a ResNet's
-  time to its first step (benchmarks/RESULTS.md#first-step-resnet-imagenet).
+  the first loop traced the whole step twice (what that cost before the
+  first step: benchmarks/RESULTS.md#first-step-resnet-imagenet).
   Created here, with the same values, the loop is traced once.
 
   The step may give some of `variables` no gradient; Keras creates no slots
