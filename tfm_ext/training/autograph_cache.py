@@ -6,8 +6,8 @@ TFM's box and anchor ops) into graph-building code: parse the source,
 analyse it, transform it, print and compile it. TensorFlow caches that
 per process only, so every launch of the same experiment (a restart after
 preemption, the evaluator beside training, the next run of a sweep) pays
-it again before its first step (benchmarks/RESULTS.md#time-to-first-step
-has what it costs and saves).
+it again before its first step (what it costs and what the cache saves:
+benchmarks/RESULTS.md#first-step-resnet-imagenet).
 
 `install(directory)` makes AutoGraph look in `directory` before it
 converts, and write there what it converted. An entry is the generated
