@@ -185,3 +185,25 @@ def test_a_relaunch_of_an_experiment_converts_nothing(launch_forked,
   assert {p: os.stat(p).st_mtime_ns for p in _entries(cache)} == entries
   assert (second.summary()["global_step"] == first.summary()["global_step"]
           == 4)
+
+
+def test_entries_unused_for_a_month_are_pruned_once_a_day(probe, tmp_path):
+  from tfm_ext.training import autograph_cache  # pylint: disable=g-import-not-at-top
+  cache = tmp_path / "cache"
+  probe(cache)  # Writes 3 entries, and prunes (nothing) first.
+  entries = _entries(cache)
+  day = 24 * 3600
+  now = os.stat(entries[0]).st_mtime
+  old = now - (autograph_cache.UNUSED_DAYS + 1) * day
+  os.utime(entries[0], (old, old))
+  # Pruned less than a day ago: nothing is looked at.
+  assert autograph_cache._prune(str(cache), now=now + 60) == 0
+  assert _entries(cache) == entries
+  # A day later, the entry unused for a month goes, the others stay.
+  assert autograph_cache._prune(str(cache), now=now + day + 60) == 1
+  assert _entries(cache) == entries[1:]
+  # Reading an entry a day old marks it used.
+  stale = now - 2 * day
+  os.utime(entries[1], (stale, stale))
+  assert probe(cache)["hits"] == 2  # The pruned one is converted again.
+  assert os.stat(entries[1]).st_mtime > stale

@@ -28,7 +28,10 @@ whose source cannot be read. An entry that cannot be read (a damaged or
 foreign file) is converted again and rewritten; a directory that cannot be
 created or written turns the cache off for the process, with one warning.
 Entries are written whole and renamed into place (a local directory: two
-processes converting the same function write the same entry).
+processes converting the same function write the same entry). An entry
+read is marked used (its time set, at most once a day); at most once a
+day, `install` removes the entries unused for `UNUSED_DAYS`, so edited
+functions' old entries do not pile up.
 
 The launcher installs it (`TFM_EXT_AUTOGRAPH_CACHE`: a directory; `off`
 turns it off; by default `$XDG_CACHE_HOME/tfm_ext/autograph`, else
@@ -42,6 +45,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 from typing import Any, Optional
 
 from absl import logging
@@ -51,6 +55,10 @@ ENV = "TFM_EXT_AUTOGRAPH_CACHE"
 OFF = "off"
 # Bump when an entry's layout or what its key covers changes.
 _FORMAT = 1
+# Entries not read for this long are removed (`_prune`).
+UNUSED_DAYS = 30
+_DAY = 24 * 3600
+_PRUNED = ".pruned"  # Its time: the last pruning.
 
 _installed: Optional["_DiskCache"] = None
 
@@ -116,11 +124,45 @@ def install(directory: Optional[str] = None) -> Optional[str]:
     logging.warning("AutoGraph's conversions are not cached on disk: %s "
                     "(%s to another directory, or %s=%s).", e, ENV, ENV, OFF)
     return None
+  _prune(directory)
   _installed = _DiskCache(directory, transpiler_, factory_cls, loader,
                           origin_info, inspect_utils)
   transpiler_.transform_function = _installed.transform_function
   logging.info("AutoGraph's conversions are cached in %s", directory)
   return directory
+
+
+def _prune(directory: str, now: Optional[float] = None) -> int:
+  """Removes entries unused for `UNUSED_DAYS`, at most once a day.
+
+  Returns how many were removed. Errors (another process pruning, a file
+  gone) are skipped: pruning is housekeeping.
+  """
+  now = time.time() if now is None else now
+  marker = os.path.join(directory, _PRUNED)
+  try:
+    if now - os.stat(marker).st_mtime < _DAY:
+      return 0
+  except OSError:
+    pass
+  removed = 0
+  try:
+    with open(marker, "w"):
+      pass
+    os.utime(marker, (now, now))
+    for shard in os.scandir(directory):
+      if not shard.is_dir():
+        continue
+      for entry in os.scandir(shard.path):
+        try:
+          if now - entry.stat().st_mtime > UNUSED_DAYS * _DAY:
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+          pass
+  except OSError:
+    pass
+  return removed
 
 
 class _DiskCache:
@@ -187,6 +229,8 @@ class _DiskCache:
     try:
       with open(path, "rb") as f:
         entry = pickle.load(f)
+        if time.time() - os.fstat(f.fileno()).st_mtime > _DAY:
+          os.utime(path)  # Used: not pruned (`_prune`).
       if entry.get("format") != _FORMAT:
         return None
       module, _ = self._loader.load_source(entry["source"],
