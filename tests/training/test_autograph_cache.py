@@ -155,6 +155,14 @@ def test_a_cache_that_cannot_be_made_is_off_and_the_run_goes_on(probe,
   assert report["outputs"]["up"] == [[3.0 / 64, 40.0 / 64], 6]
 
 
+def test_a_bucket_is_no_cache_directory(tmp_path, monkeypatch):
+  from tfm_ext.training import autograph_cache  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(autograph_cache, "_installed", None)
+  assert autograph_cache.install("gs://bucket/autograph") is None
+  assert not os.listdir(tmp_path)  # No local folder named `gs:`.
+
+
 def test_off_leaves_autograph_as_it_is(tmp_path, monkeypatch):
   from tfm_ext.training import autograph_cache  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv(autograph_cache.ENV, "off")

@@ -92,6 +92,10 @@ def install(directory: Optional[str] = None) -> Optional[str]:
       directory_from_environment())
   if directory is None:
     return None
+  if "://" in directory:  # Compiled code is read at every launch: local.
+    logging.warning("AutoGraph's conversions are not cached on disk: %s=%s "
+                    "is not a local directory.", ENV, directory)
+    return None
   try:
     from tensorflow.python.autograph.impl import api  # pylint: disable=g-import-not-at-top
     from tensorflow.python.autograph.pyct import inspect_utils  # pylint: disable=g-import-not-at-top
