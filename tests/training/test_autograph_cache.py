@@ -215,3 +215,15 @@ def test_entries_unused_for_a_month_are_pruned_once_a_day(probe, tmp_path):
   os.utime(entries[1], (stale, stale))
   assert probe(cache)["hits"] == 2  # The pruned one is converted again.
   assert os.stat(entries[1]).st_mtime > stale
+
+
+def test_a_refused_job_makes_no_cache_folder(launch_forked, tmp_path):
+  cache = tmp_path / "cache"
+  not_a_folder = tmp_path / "model_dir"
+  not_a_folder.write_text("a user's file")
+  refused = launch_forked("--experiment=digits_convnet", "--mode=train",
+                          model_dir=not_a_folder,
+                          env={"TFM_EXT_AUTOGRAPH_CACHE": str(cache)})
+  assert refused.returncode == 2, refused
+  assert not cache.exists()
+  assert not_a_folder.read_text() == "a user's file"

@@ -145,7 +145,6 @@ def request_for(sources: params_lib.ConfigSources, *, mode: str,
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
   environment.check()
-  autograph_cache.install()  # Before any trace: a relaunch converts nothing.
   params = request.params
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)
@@ -181,6 +180,9 @@ def prepare(request: RunRequest) -> Plan:
     export.checkpoint_to_export(
         request.model_dir, params.trainer.best_checkpoint_export_subdir,
         request.checkpoint_path)
+  # Before any trace (a relaunch converts nothing), after every refusal (a
+  # refused job writes nothing, the cache's folder included).
+  autograph_cache.install()
   return Plan(request=request, mode=mode, trainer_cls=trainer_cls,
               strategy=strategy)
 
