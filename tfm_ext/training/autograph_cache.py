@@ -46,7 +46,7 @@ import pickle
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from absl import logging
 import tensorflow as tf
@@ -126,7 +126,7 @@ def install(directory: Optional[str] = None) -> Optional[str]:
       raise PermissionError(f"{directory} is not writable")
   except OSError as e:
     logging.warning("AutoGraph's conversions are not cached on disk: %s "
-                    "(%s to another directory, or %s=%s).", e, ENV, ENV, OFF)
+                    "(set %s to another directory, or to %s).", e, ENV, OFF)
     return None
   _prune(directory)
   _installed = _DiskCache(directory, transpiler_, factory_cls, loader,
