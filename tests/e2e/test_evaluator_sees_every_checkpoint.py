@@ -271,13 +271,16 @@ def _end_line(stdout):
 @pytest.mark.slow
 def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
     start_forked, tmp_path):
-  # The experiment's defaults (max_to_keep 3, a checkpoint every 100 steps,
-  # one every 0.7-1.2 s here), 15 checkpoints: before, 8-12 of 20 were
-  # deleted unevaluated (a claim's 1 s settle for each checkpoint and a 1 s
-  # poll after each listing made the evaluator slower than its trainer),
-  # and its presence was written only once its model was built. 15 are
-  # enough to see that: an evaluator at half its trainer's pace is 7 or 8
-  # behind at the end, more than retention's bound of 2 x 3 keeps for it.
+  # The evaluator's defaults and the experiment's max_to_keep (3), 15
+  # checkpoints, one every 200 steps: 0.7-1.4 s apart on these machines (at
+  # the default 100, a VM that trains 250 steps a second saves one every
+  # 0.4 s, faster than it evaluates one: the test failed 1 run in 3 there,
+  # at c40278e as now). Before, 8-12 of 20 were deleted unevaluated (a
+  # claim's 1 s settle for each checkpoint and a 1 s poll after each
+  # listing made the evaluator slower than its trainer), and its presence
+  # was written only once its model was built. 15 are enough to see that:
+  # an evaluator at half its trainer's pace is 7 or 8 behind at the end,
+  # more than retention's bound of 2 x 3 keeps for it.
   model_dir = tmp_path / "m"
   evaluator = start_forked(EXPERIMENT, "--mode=continuous_eval",
                            model_dir=model_dir)
@@ -286,7 +289,8 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
   (present,) = eval_claims.live_evaluators(str(model_dir))
   assert present["pid"] == evaluator.proc.pid, present
   trainer = start_forked(EXPERIMENT, "--mode=train",
-                         "--params_override=trainer.train_steps=1500",
+                         "--params_override=trainer.train_steps=3000,"
+                         "trainer.checkpoint_interval=200",
                          model_dir=model_dir)
   trained = trainer.finish(timeout=600)
   assert trained.returncode == 0, trained
@@ -296,8 +300,8 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
   log = _local_log(str(model_dir))
   saved = [int(s) for s in re.findall(
       r"saved checkpoint to \S*ckpt-(\d+)\.", log)]
-  assert saved == list(range(100, 1501, 100)), log[-3000:]
-  assert re.search(r"Evaluator \S+ is live: from ckpt-100 on", log)
+  assert saved == list(range(200, 3001, 200)), log[-3000:]
+  assert re.search(r"Evaluator \S+ is live: from ckpt-200 on", log)
   assert "before any evaluator recorded it" not in log, log[-3000:]
   entries = continuous_eval.read_ledger(str(model_dir))
   assert [(e["global_step"], e["status"]) for e in entries] == [
