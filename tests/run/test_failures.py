@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN, SMOKE
+from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 from tfm_ext.run import failures
 
 TRACEBACK = "Traceback (most recent call last)"
@@ -130,6 +131,26 @@ def test_the_reason_is_the_kernels_not_the_graph_trace():
     gather()
   assert str(raised.value).startswith("Graph execution error")
   assert failures.tf_reason(raised.value) == "indices = 7 is not in [0, 3)"
+
+
+def test_a_tracing_error_gives_its_reason_and_the_users_line():
+  """AutoGraph's errors read "in user code:", the frames, then the reason:
+  the reason comes first, whole, and then the user's line."""
+
+  @tf.function
+  def traced(x):
+    return tf.reshape(x, [5])  # Two elements: refused while tracing.
+
+  with pytest.raises(ValueError) as raised:
+    traced(tf.constant([1, 2]))
+  assert str(raised.value).startswith("in user code:")
+  reason = failures.tf_reason(raised.value)
+  assert reason.startswith("Cannot reshape a tensor with 2 elements to shape "
+                           "[5]"), reason
+  line = next(n for n, text in enumerate(open(__file__), 1)
+              if "return tf.reshape(x, [5])" in text)
+  assert reason.endswith(f"(raised at {__file__}, line {line})"), reason
+  assert "in user code" not in reason and "File " not in reason
 
 
 def test_the_innermost_phase_is_the_one_named():
@@ -358,6 +379,28 @@ def test_bad_training_data_is_exit_3_naming_the_input(launch_forked, tmp_path,
   else:  # Found by TensorFlow in the first step: the log has the traceback.
     assert "No checkpoint had been saved yet" in line
     assert TRACEBACK in _log_text(model_dir)
+
+
+def test_deterministic_mode_refusing_the_tasks_random_ops_is_exit_2(
+    launch_forked, tmp_path, imagenet_dir):
+  # The ImageNet pipeline crops at random without a seed: TensorFlow's op
+  # determinism refuses it while the input is built. The user's choice of
+  # mode, not a bug, nor the config's model fields.
+  result = launch_forked(
+      "--experiment=resnet50_imagenet_ctl", "--mode=train",
+      "--params_override="
+      f"task.train_data.input_path={imagenet_dir}/train-*,"
+      f"task.validation_data.input_path={imagenet_dir}/validation-*,"
+      "task.train_data.global_batch_size=2,trainer.train_steps=2,"
+      "runtime.deterministic=true", model_dir=tmp_path / "m")
+  line = _clean(result, 2)
+  assert line.startswith("error: runtime.deterministic=true cannot run this "
+                         "task while building"), line
+  assert "sample_distorted_bounding_box requires a non-zero seed" in line, line
+  assert "imagenet_preprocessing.py, line " in line, line  # Where, in TFM.
+  assert "In call to configurable" not in line, line
+  assert "runtime.deterministic=false" in line, line
+  assert "task.model" not in line, line
 
 
 def test_labels_past_num_classes_name_both_the_data_and_the_field(

@@ -63,7 +63,7 @@ import logging as std_logging
 import re
 import sys
 import traceback
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -233,7 +233,9 @@ def tf_reason(error: BaseException) -> str:
   the reason is what a user can act on.
   """
   text = getattr(error, "message", None) or str(error)
-  lines = text.splitlines()
+  lines = _without_gin_frames(text).splitlines()
+  if lines and lines[0].startswith("in user code:"):
+    return _staged_reason(lines)
   if lines and lines[0].startswith("Graph execution error"):
     kept = []
     for line in lines[1:]:
@@ -251,6 +253,27 @@ def tf_reason(error: BaseException) -> str:
   # paragraph ends the reason's sentence itself.
   reason = reason if len(reason) <= 300 else reason[:300] + "..."
   return reason.rstrip(".") or type(error).__name__
+
+
+# A frame of an error AutoGraph raised while tracing: `File "f", line n, in
+# fn` and, for code it converted (the user's), a closing `*`.
+_STAGED_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in \S+(\s+\*)?')
+
+
+def _staged_reason(lines: Sequence[str]) -> str:
+  """The reason of an error raised while tracing: "in user code:", the
+  frames, then the original `Type: message` on the last line. The message,
+  then where in converted (user) code it was raised."""
+  frames = [m for m in map(_STAGED_FRAME.match, lines) if m]
+  last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+  reason = re.sub(r"^[\w.]+: ", "", last).rstrip(".")
+  if len(reason) > 300:
+    reason = reason[:300] + "..."
+  converted = [m for m in frames if m.group(3)] or frames
+  if converted:
+    path, line = converted[-1].group(1, 2)
+    reason += f" (raised at {path}, line {line})"
+  return reason or "an error while tracing"
 
 
 def storage_fault(error: BaseException) -> bool:
@@ -311,6 +334,16 @@ def classify(error: BaseException) -> Optional[Failure]:
   if name == "config" and isinstance(error, (OSError, tf.errors.OpError)):
     return Failure(EXIT_USAGE, f"{subject or 'A config file'} cannot be "
                                f"read: {tf_reason(error)}")
+  if (name in ("build", "step", "evaluate") and _deterministic()
+      and "determinis" in _message(error)):
+    # TensorFlow's op determinism refused an op: a random op without a
+    # seed (in the task's input or model), a kernel with no deterministic
+    # implementation. The mode is the user's choice, not a bug.
+    return Failure(EXIT_USAGE, _sentences(
+        f"runtime.deterministic=true cannot run this task while "
+        f"{_doing(name)}: {tf_reason(error)}.", _last_checkpoint(),
+        "Set runtime.deterministic=false, or seed those ops "
+        "(tf.random.stateless_*), then relaunch."))
   if name == "build" and isinstance(error, ValueError) and _raised_in_library(
       error):
     # Keras, TensorFlow or TFM refused a value the config gave them (a
@@ -371,6 +404,12 @@ def failing_op(error: BaseException) -> str:
     return nodes[-1]
   eager = _FAILED_EAGER_OP.search(text)
   return eager.group(1) if eager else ""
+
+
+def _deterministic() -> bool:
+  """Whether the run asked for `runtime.deterministic`."""
+  runtime = getattr(_run.params, "runtime", None)
+  return bool(getattr(runtime, "deterministic", False))
 
 
 def _message(error: BaseException) -> str:
