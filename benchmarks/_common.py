@@ -48,8 +48,9 @@ def run_child(argv: Sequence[str], timeout: float = 900.0) -> Dict[str, Any]:
 
   Returns `lines`, each line of its output as `(seconds, line)`: its
   arrival since the child was started (a clock outside the child, the same
-  for every variant); and `peak_rss_mib`, the child's peak over its whole
-  life (from `wait4`).
+  for every variant); `peak_rss_mib`, the child's peak over its whole
+  life, and `cpu_s`, its user and system time, all threads (from `wait4`);
+  and `wall_s`.
 
   Raises:
     ChildFailed: on a non-zero exit or after `timeout` seconds, with the
@@ -69,7 +70,9 @@ def run_child(argv: Sequence[str], timeout: float = 900.0) -> Dict[str, Any]:
     tail = "\n".join(line for _, line in lines[-40:])
     raise ChildFailed(f"{' '.join(argv)} exited with {proc.returncode} "
                       f"after {time.time() - start:.0f}s:\n{tail}")
-  return {"lines": lines, "peak_rss_mib": usage.ru_maxrss / 1024}
+  return {"lines": lines, "peak_rss_mib": usage.ru_maxrss / 1024,
+          "cpu_s": usage.ru_utime + usage.ru_stime,
+          "wall_s": time.time() - start}
 
 
 def peak_rss_mib(pid: int) -> Optional[float]:

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import _common
 from benchmarks import _tfm_experiments
 from benchmarks import first_step
+from benchmarks import precision
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -49,12 +50,21 @@ SESSIONS = {
         "digits_convnet": ("digits_convnet", HEADLINE + (
             "keras_fit_tensorboard",), 16, 3, 1200),
         "digits_defaults": ("digits_convnet", (
-            "ours", "ours_private_pool", "ours_no_strategy", "ours_xla"), 12,
-                            3, 900),
+            "ours", "ours_no_strategy", "ours_xla"), 12, 3, 900),
         "resnet50": ("resnet50", HEADLINE, 12, 2, 1200),
         "resnet50_defaults": ("resnet50", ("ours", "stock_tfm",
                                            "ours_no_strategy", "ours_xla"),
                               8, 2, 900),
+        # The input's pool on CPUs (`--only=input_pool`): ours' default
+        # against tf.data's own pool, and stock TFM (whose input is on
+        # tf.data's pool); on TFM's image pipelines too (decoding and
+        # augmenting JPEGs on the cores the model trains on).
+        "digits_input_pool": ("digits_convnet", (
+            "ours", "ours_tf_data_pool", "stock_tfm"), 10, 3, 420),
+        "resnet50_input_pool": ("resnet50", (
+            "ours", "ours_tf_data_pool", "stock_tfm"), 6, 2, 480),
+        "seg_deeplabv3_pascal_input_pool": ("seg_deeplabv3_pascal", (
+            "ours", "ours_tf_data_pool"), 10, 2, 480),
         # Emulated bfloat16 (no AVX512-BF16 or AMX) takes ten times as long.
         "resnet50_bfloat16": ("resnet50", ("ours", "ours_bfloat16"), 4, 1,
                               600),
@@ -68,7 +78,9 @@ SESSIONS = {
                                  1)},
 }
 # Names `--only` takes for several sessions.
-GROUPS = {"tfm_experiments": _tfm_experiments.NAMES}
+GROUPS = {"tfm_experiments": _tfm_experiments.NAMES,
+          "input_pool": ("digits_input_pool", "resnet50_input_pool",
+                         "seg_deeplabv3_pascal_input_pool")}
 # The full run's scripts, each run idle and with one core busy (`--busy`).
 SCRIPTS = ("input_pipelines", "checkpoint_cost", "loop_costs", "startup")
 
@@ -109,13 +121,18 @@ PAIR_ROWS = (
            "`official/vision/train.py`"),
           ("dlrm", "dlrm_criteo",
            "`official/recommendation/ranking/train.py`'s `RankingTrainer`"))),
-    ("default-input-pool", "digits_convnet", "ours_private_pool", None,
-     "the input on tf.data's own pool, as in stock TFM "
-     "(`runtime.dataset_num_private_threads` unset), against a private pool "
-     "of half the cores (below 1: the private pool trains cheaper)",
-     "a private pool keeps a small input off the model's cores; it also caps "
-     "an input that needs every core (ResNet's JPEG pipeline on one thread: "
-     "#default-parallel-map), so it is an opt-in, not the default"),
+    *((anchor, workload, "ours_tf_data_pool", 1.0,
+       f"{name}: trained on CPUs, the input gets a private tf.data pool of "
+       "half the cores (`runtime.dataset_num_private_threads` unset), "
+       "against tf.data's own pool, as in stock TFM (`=0`)",
+       "the model's ops use every core: a private pool keeps the input off "
+       "them; with a GPU or TPU the input keeps tf.data's pool, which it "
+       "may need whole to feed the accelerator (#default-parallel-map)")
+      for anchor, workload, name in (
+          ("default-input-pool", "digits_convnet", "digits_convnet"),
+          ("default-input-pool-resnet50", "resnet50", "ResNet50"),
+          ("default-input-pool-deeplabv3", "seg_deeplabv3_pascal",
+           "TFM's `seg_deeplabv3_pascal`"))),
     ("default-one-replica-mirror", "digits_convnet", "ours_no_strategy", 1.0,
      "`mirrored` on one CPU builds TFM's one-replica `MirroredStrategy`, "
      "against no strategy (`runtime.mirror_one_device=false`)",
@@ -505,6 +522,7 @@ def render(directory: str) -> str:
                    "load avg", "minutes", "machine"], rows)
   lines += _tfm_memory(runs)
   lines += _first_step(runs)
+  lines += _precision(runs)
   with_sessions = [run for run in runs if run.get("sessions")]
   if with_sessions:
     lines += _details(with_sessions[-1])
@@ -589,6 +607,46 @@ def _first_step(runs: Sequence[Dict[str, Any]]) -> List[str]:
                  f"{_fmt(_common.spread(loads), 1, '')}; {m['cpu']}, "
                  f"{m['cores']} cores, {m['date']}.")
   return lines
+
+
+def _precision(runs: Sequence[Dict[str, Any]]) -> List[str]:
+  """bfloat16 against float32, from the newest `precision.py` record."""
+  lines = ["", "## bfloat16 against float32", "",
+           "`precision.py`: fresh `launchers/train.py` processes in "
+           "deterministic mode, float32 and "
+           "`runtime.mixed_precision_dtype=bfloat16` from the same seed (the "
+           "same initial weights and batches). Each cell: **median** "
+           "(interquartile range; min-max; seeds). The CPU ratio is "
+           "float32's CPU time over bfloat16's for the whole run, start-up "
+           "included: above 1, bfloat16 is cheaper.", ""]
+  run = next((r for r in reversed(runs) if "precision" in r), None)
+  if not run:
+    return lines + ["Not measured yet."]
+  figures = precision.summary(run["precision"])
+  m = run["machine"]
+  lines += [f"From {_source(run)}: {m['cpu']}, {m['cores']} cores; bfloat16 "
+            "instructions: "
+            f"{', '.join(k for k, v in m['bf16'].items() if v) or 'none'}.",
+            ""]
+  digits, resnet = figures.get("digits"), figures.get("resnet50")
+  rows = []
+  if digits:
+    rows.append(['<a id="bfloat16-accuracy-digits"></a>`digits_convnet`, '
+                 "500 steps: validation accuracy", _fmt(digits["float32"], 4),
+                 _fmt(digits["bfloat16"], 4),
+                 _fmt(digits["difference"], 4), _fmt(digits["cpu_ratio"])])
+  if resnet:
+    rows.append(['<a id="bfloat16-loss-resnet50"></a>`resnet50_imagenet_ctl`'
+                 f", batch 2, {resnet['steps']} steps: training loss, first "
+                 "loop -> last",
+                 f"{resnet['first']['float32']:.4f} -> "
+                 f"{resnet['last']['float32']:.4f}",
+                 f"{resnet['first']['bfloat16']:.4f} -> "
+                 f"{resnet['last']['bfloat16']:.4f}",
+                 f"largest gap over the curve: {resnet['largest_gap']:.4f}",
+                 f"{resnet['cpu_ratio']:.3f}"])
+  return lines + _table(["measure", "float32", "bfloat16",
+                         "bfloat16 - float32", "CPU ratio"], rows)
 
 
 def _tfm_memory(runs: Sequence[Dict[str, Any]]) -> List[str]:

@@ -116,9 +116,11 @@ class Workload:
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-  """How a run trains: `runner` with `extra` overrides of the workload."""
+  """How a run trains: `runner` with `extra` overrides of the workload and
+  `env`, environment variables of its process."""
   runner: str
   extra: str = ""
+  env: Tuple[str, ...] = ()
 
 
 WORKLOADS = {
@@ -140,19 +142,24 @@ VARIANTS = {
     "keras_fit": Variant("keras_fit"),
     "keras_fit_tensorboard": Variant("keras_fit_tensorboard"),
     # The defaults' alternatives.
-    "ours_private_pool": Variant(
-        "ours", "runtime.dataset_num_private_threads="
-        f"{max(1, (os.cpu_count() or 2) // 2)}"),
+    "ours_tf_data_pool": Variant("ours",
+                                 "runtime.dataset_num_private_threads=0"),
     "ours_no_strategy": Variant("ours", "runtime.mirror_one_device=false"),
     "ours_xla": Variant("ours", "runtime.xla_on_cpu=true"),
     "ours_bfloat16": Variant("ours", "runtime.mixed_precision_dtype=bfloat16"),
+    # TFM's own `base_trainer.Trainer` run by our driver: the trainer's
+    # share of a difference from stock TFM, apart from the driver's.
+    "ours_tfm_base": Variant("ours", "trainer.name=tfm_base"),
+    # TensorFlow's inter-op pool of one thread (TF reads the variable).
+    "ours_interop1": Variant("ours", env=("TF_NUM_INTEROP_THREADS=1",)),
 }
 
 
 def _argv(workload: Workload, variant: Variant, model_dir: str) -> List[str]:
   override = workload.params_override(variant.extra)
   # `env` execs the interpreter: the process measured keeps its pid.
-  env = ["env", *workload.env] if workload.env else []
+  env = [*workload.env, *variant.env]
+  env = ["env", *env] if env else []
   config = ([f"--config_file={workload.config_file}"]
             if workload.config_file else [])
   if variant.runner == "ours":

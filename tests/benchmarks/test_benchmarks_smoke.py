@@ -25,6 +25,7 @@ sys.path.insert(0, REPO)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
 from benchmarks import first_step
+from benchmarks import precision
 from benchmarks import run_all
 from benchmarks import training_loops
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -242,6 +243,33 @@ def test_first_step_stamps_the_step_line_on_either_stream_and_renders_pairs(
 def test_first_step_without_the_step_line_fails_with_the_childs_output():
   with pytest.raises(_common.ChildFailed, match="no first step's line"):
     first_step.time_process(_first_step_stand_in(0, 0, "neither"))
+
+
+def test_precision_pairs_each_seeds_two_runs_and_renders_its_rows(tmp_path):
+  # What `precision.measure` records, from runs made up here: seed 1's
+  # bfloat16 is missing (a run that failed), so seed 1 is left out.
+  runs = [(0, "float32", 0.99, 10.0), (0, "bfloat16", 0.98, 8.0),
+          (1, "float32", 0.97, 10.0), (2, "bfloat16", 0.97, 6.0),
+          (2, "float32", 0.96, 12.0)]
+  record = {"digits": [{"seed": s, "dtype": d, "accuracy": a, "cpu_s": c}
+                       for s, d, a, c in runs],
+            "resnet50": [
+                {"dtype": "float32", "cpu_s": 30.0,
+                 "loss": [[1, 7.0], [5, 6.0], [10, 5.0]]},
+                {"dtype": "bfloat16", "cpu_s": 20.0,
+                 "loss": [[1, 7.1], [5, 5.5], [10, 5.2]]}]}
+  figures = precision.summary(record)
+  assert figures["digits"]["float32"]["n"] == 2
+  assert figures["digits"]["difference"]["min"] == pytest.approx(-0.01)
+  assert figures["digits"]["difference"]["max"] == pytest.approx(0.01)
+  assert figures["digits"]["cpu_ratio"]["median"] == pytest.approx(1.625)
+  assert figures["resnet50"]["largest_gap"] == pytest.approx(0.5)
+  assert figures["resnet50"]["cpu_ratio"] == pytest.approx(1.5)
+  (tmp_path / "2026-01-01-0000-precision.json").write_text(json.dumps({
+      "machine": _common.machine(), "precision": record}))
+  text = run_all.render(str(tmp_path))
+  assert '<a id="bfloat16-accuracy-digits"></a>' in text
+  assert "7.0000 -> 5.0000 | 7.1000 -> 5.2000" in text
 
 
 def test_results_md_is_the_rendering_of_the_results_files():

@@ -117,8 +117,8 @@ def test_one_replica_mirror_and_no_strategy_are_the_same_run(
                       args(no_dropout, "runtime.mirror_one_device=false"),
                       r"step 70/", signal.SIGTERM)
   assert strategy(stopped) == ("none", 1)
-  # A private pool, where the default is tf.data's own.
-  threads = 2
+  # tf.data's own pool, where the default on CPUs is a private one.
+  threads = 0
   final = launch_forked(*args(no_dropout,
                               f"runtime.dataset_num_private_threads={threads}"),
                         model_dir=model_dir, script=DOUBLES_TRAIN)

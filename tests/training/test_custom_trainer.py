@@ -1,5 +1,6 @@
 """CustomTrainer's hooks on real runs: order, counts, XLA, optimizers, passthrough."""
 
+import os
 import re
 
 import pytest
@@ -212,28 +213,32 @@ def _private_pools(trainer):
           for dataset in getattr(distributed, "_datasets", [distributed])]
 
 
-def test_input_keeps_tf_datas_pool_unless_set_and_a_resume_may_change_it(
+def test_input_pool_is_half_the_cores_on_cpus_and_a_resume_may_change_it(
     run_in_process, tmp_path):
   """TFM declares runtime.dataset_num_private_threads and ignores it; ours
-  sizes the trainer's datasets' tf.data pool with it, and leaves them on
-  tf.data's own pool when it is unset, as stock TFM does. The input iterator
-  in the checkpoint restores under another count."""
+  sizes the trainer's datasets' tf.data pool with it, 0 for tf.data's own
+  pool (stock TFM's), and unset on CPUs gives them half the cores. The input
+  iterator in the checkpoint restores under another count."""
   override = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
               "trainer.validation_interval=20,trainer.validation_steps=2")
+  half = max(1, len(os.sched_getaffinity(0)) // 2)
   summary, _ = run_in_process("digits_convnet", "train_and_eval", tmp_path,
                               override, trainer="recording")
-  assert summary.input_threads == 0
+  assert summary.input_threads == half
   assert _private_pools(
-      downstream_registry.RecordingTrainer.instances[-1]) == [None, None]
-  summary, _ = run_in_process(
-      "digits_convnet", "train_and_eval", tmp_path,
-      override.replace("train_steps=20", "train_steps=30")
-      + ",runtime.dataset_num_private_threads=3", trainer="recording")
-  assert (summary.resumed_from_step, summary.global_step) == (20, 30)
-  assert summary.input_in_checkpoint
-  assert summary.input_threads == 3
-  assert _private_pools(
-      downstream_registry.RecordingTrainer.instances[-1]) == [3, 3]
+      downstream_registry.RecordingTrainer.instances[-1]) == [half, half]
+  for steps, threads, pools in ((30, 3, [3, 3]), (40, 0, [None, None])):
+    summary, _ = run_in_process(
+        "digits_convnet", "train_and_eval", tmp_path,
+        override.replace("train_steps=20", f"train_steps={steps}")
+        + f",runtime.dataset_num_private_threads={threads}",
+        trainer="recording")
+    assert (summary.resumed_from_step, summary.global_step) == (steps - 10,
+                                                                steps)
+    assert summary.input_in_checkpoint
+    assert summary.input_threads == threads
+    assert _private_pools(
+        downstream_registry.RecordingTrainer.instances[-1]) == pools
 
 
 def test_a_pipeline_that_sizes_its_own_pool_keeps_it():

@@ -7,6 +7,8 @@ the iterator and its checkpoint probe. Runs with the iterator in the
 checkpoint, end to end, are in test_batches.py and test_multi_worker.py.
 """
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -66,14 +68,24 @@ def _pool(dataset):
   return dataset.options().threading.private_threadpool_size
 
 
-def test_datasets_keep_tf_datas_own_pool_unless_the_config_sets_one():
+def test_the_input_gets_half_the_cores_on_cpus_and_tf_datas_pool_elsewhere():
   from official.core import config_definitions  # pylint: disable=g-import-not-at-top
   runtime = config_definitions.RuntimeConfig()
-  assert inputs.input_threads(runtime) == 0  # As stock TFM.
+  cpus = ["/job:localhost/replica:0/task:0/device:CPU:0"]
+  half = max(1, len(os.sched_getaffinity(0)) // 2)
+  assert inputs.input_threads(runtime, cpus) == half
+  assert inputs.input_threads(runtime, cpus * 2) == half
+  # A GPU or TPU among the replicas: tf.data's own pool, as stock TFM.
+  for accelerator in ("/device:GPU:0", "/job:worker/replica:0/task:0/"
+                      "device:TPU:1"):
+    assert inputs.input_threads(runtime, [*cpus, accelerator]) == 0
   dataset = tf.data.Dataset.range(4)
   assert inputs.with_input_threads(dataset, 0) is dataset
-  runtime.dataset_num_private_threads = 3
-  assert inputs.input_threads(runtime) == 3
+  # Set, it wins everywhere; 0 is tf.data's own pool.
+  for threads in (0, 3):
+    runtime.dataset_num_private_threads = threads
+    assert inputs.input_threads(runtime, cpus) == threads
+    assert inputs.input_threads(runtime, ["/device:GPU:0"]) == threads
   assert _pool(inputs.with_input_threads(dataset, 3)) == 3
 
 

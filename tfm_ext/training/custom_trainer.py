@@ -73,9 +73,11 @@ class CustomTrainer(base_trainer.Trainer):
       creates them inside the loop's first trace: the loop is traced once,
       not twice (`optimizers.create_weights`).
     * `eval_end` reads `best_<metric>` through TFM's `|`-nested metric names.
-    * Its datasets get a private tf.data pool of `input_threads` threads
-      when `runtime.dataset_num_private_threads` is set (TFM declares the
-      field and ignores it).
+    * Its datasets get a private tf.data pool of `input_threads` threads:
+      `runtime.dataset_num_private_threads` (TFM declares the field and
+      ignores it), or when unset half the cores on a run whose replicas are
+      CPUs, where the input shares the cores with the model
+      (`inputs.input_threads`).
     * Before it builds them, it checks the TFRecord files they read
       (`tfm_ext.config.input_files`: a file cut short is exit 3 naming it, where
       TensorFlow would read part of it without a word), and an evaluation
@@ -87,7 +89,8 @@ class CustomTrainer(base_trainer.Trainer):
                evaluate=True, train_dataset=None, **kwargs):
     strategy = tf.distribute.get_strategy()
     input_files.check_framing(config, trains=train, evaluates=evaluate)
-    self.input_threads = inputs.input_threads(config.runtime)
+    self.input_threads = inputs.input_threads(
+        config.runtime, devices.local_devices(strategy))
     host_iterator = None
     if (train and train_dataset is None
         and getattr(config.trainer, "checkpoint_input_iterator", False)):

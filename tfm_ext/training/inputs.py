@@ -12,7 +12,7 @@ import inspect
 import json
 import os
 import tempfile
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -153,16 +153,25 @@ def unsaveable_reason(iterator) -> Optional[str]:
       return e.message.splitlines()[0]
   return None
 
-def input_threads(runtime) -> int:
+def input_threads(runtime, devices_in_use: Sequence[str]) -> int:
   """Threads of the tf.data pool private to this run's datasets; 0: tf.data's.
 
-  `runtime.dataset_num_private_threads` when set (TFM declares the field but
-  its trainer ignores it). Unset, tf.data's own pool, as in stock TFM: a
-  private pool keeps a small input off the model's cores, and caps one that
-  needs every core (decoding images for a GPU), so it is an opt-in
-  (benchmarks/RESULTS.md#default-input-pool, #default-parallel-map).
+  `runtime.dataset_num_private_threads` when set, 0 for tf.data's own pool
+  (TFM declares the field but its trainer ignores it). Unset: half the
+  cores this process may use when every replica of `devices_in_use` is a
+  CPU, where the model's ops and the input share the cores and a private
+  pool keeps the input off the model's
+  (benchmarks/RESULTS.md#default-input-pool and the rows after it); with a
+  GPU or TPU, tf.data's own pool, as in stock TFM, since there the input
+  may need every core to keep the accelerator fed (#default-parallel-map).
   """
-  return runtime.dataset_num_private_threads or 0
+  threads = runtime.dataset_num_private_threads
+  if threads is not None:
+    return threads
+  if all(tf.DeviceSpec.from_string(device).device_type == "CPU"
+         for device in devices_in_use):
+    return max(1, devices.usable_cores() // 2)
+  return 0
 
 
 def with_input_threads(dataset: tf.data.Dataset,
