@@ -46,7 +46,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import _common
-from benchmarks import _imagenet_records
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 TRAIN = os.path.join(_common.REPO, "launchers", "train.py")
@@ -122,6 +121,9 @@ def resnet50(seed: int, dtype: str, steps: int, records: str,
 
 def measure(sizes: Dict[str, Any]) -> Dict[str, Any]:
   """Digits over `seeds` seeds, then ResNet50's curves over one."""
+  # Here, not at the top: `run_all` imports this module to render, where
+  # the tests' image fixtures may be absent.
+  from benchmarks import _imagenet_records  # pylint: disable=g-import-not-at-top
   directory = tempfile.mkdtemp(prefix="bench_precision_")
   out: Dict[str, Any] = {"sizes": sizes, "digits": [], "resnet50": []}
   try:
