@@ -195,6 +195,27 @@ def test_an_input_ops_error_is_the_datas(a_run, op):
   assert "task.train_data.input_path='/data/train*'" in failure.message
 
 
+def test_op_determinism_refusing_a_kernel_is_the_modes_not_a_bug(a_run):
+  # Not the unseeded random op the launcher test meets: a kernel with no
+  # deterministic implementation, in a step. Deterministic mode is the
+  # user's choice; without it, the same error is not blamed on the mode.
+  error = tf.errors.UnimplementedError(None, None, (
+      "A deterministic GPU implementation of SparseSoftmaxXentWithLogits is "
+      "not currently available."))
+  without = _raised_in("step", error)
+  assert without is None or not without.message.startswith(
+      "runtime.deterministic")
+  failures.set_run(params=types.SimpleNamespace(
+      runtime=types.SimpleNamespace(deterministic=True)))
+  failure = _raised_in("step", error)
+  assert failure.code == failures.EXIT_USAGE
+  assert failure.message.startswith(
+      "runtime.deterministic=true cannot run this task while training: A "
+      "deterministic GPU implementation of SparseSoftmaxXentWithLogits"), (
+          failure.message)
+  assert "runtime.deterministic=false" in failure.message
+
+
 def test_a_model_ops_error_is_not_blamed_on_the_data(a_run):
   # A Dense(1) head for two classes: the loss's squeeze fails; a bug of the
   # model, with its traceback.

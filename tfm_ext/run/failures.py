@@ -249,10 +249,13 @@ def tf_reason(error: BaseException) -> str:
   # The kernel's wrapper names its own function and op: not the user's.
   reason = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", reason)
   reason = re.sub(r"\s*\[Op:[^\]]*\]", "", reason).strip()
+  return _clipped(reason).rstrip(".") or type(error).__name__
+
+
+def _clipped(reason: str) -> str:
   # A kernel may quote a whole batch ("Label values: 99 99 ..."); the
   # paragraph ends the reason's sentence itself.
-  reason = reason if len(reason) <= 300 else reason[:300] + "..."
-  return reason.rstrip(".") or type(error).__name__
+  return reason if len(reason) <= 300 else reason[:300] + "..."
 
 
 # A frame of an error AutoGraph raised while tracing: `File "f", line n, in
@@ -266,9 +269,7 @@ def _staged_reason(lines: Sequence[str]) -> str:
   then where in converted (user) code it was raised."""
   frames = [m for m in map(_STAGED_FRAME.match, lines) if m]
   last = next((line.strip() for line in reversed(lines) if line.strip()), "")
-  reason = re.sub(r"^[\w.]+: ", "", last).rstrip(".")
-  if len(reason) > 300:
-    reason = reason[:300] + "..."
+  reason = _clipped(re.sub(r"^[\w.]+: ", "", last).rstrip("."))
   converted = [m for m in frames if m.group(3)] or frames
   if converted:
     path, line = converted[-1].group(1, 2)
