@@ -54,8 +54,8 @@ import tensorflow as tf
 
 from benchmarks import _common
 from benchmarks import checkpoint_cost
-from tfm_ext.actions import console
-from tfm_ext.run import devices
+from tfm_ext.base import console
+from tfm_ext.base import devices
 from tfm_ext.run import strategies
 from tfm_ext.training import custom_trainer
 from tfm_ext.training import summaries

@@ -14,7 +14,7 @@ the same round and condition are a pair: their windows ran seconds apart.
 
 A window runs from the first loop end after the resume (the loop the stop
 cut short is not counted) to `loops` loop ends later, timed from this
-process as each variant's progress line (`tfm_ext.actions.console.TrainProgress`)
+process as each variant's progress line (`tfm_ext.base.console.TrainProgress`)
 arrives. Per marginal step it gives:
 
     wall_ms      wall time: what a user waits, and what contention moves
@@ -401,7 +401,7 @@ def _child(runner: str, registry: str, experiment: str, config_file: str,
   importlib.import_module(registry)
   from official.core import train_utils  # pylint: disable=g-import-not-at-top
   from official.modeling import performance  # pylint: disable=g-import-not-at-top
-  from tfm_ext.actions import console  # pylint: disable=g-import-not-at-top
+  from tfm_ext.base import console  # pylint: disable=g-import-not-at-top
   # TFM's own parsing, as `official/vision/train.py` does it.
   params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
       experiment=experiment, config_file=[config_file] if config_file else [],

@@ -18,12 +18,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
 
 # As in launchers/train.py: TensorFlow quiet, no collections while
 # importing. Python's own signals: this tool runs no job that a restart
 # resumes, so a signal is no preemption (no exit 42).
-_startup.begin(signals=False)
+startup.begin(signals=False)
 from absl import app
 from absl import flags
 import tensorflow as tf
@@ -32,9 +32,9 @@ from official.modeling import hyperparams
 
 from experiments.imagenet import export
 from experiments.imagenet import resnet50
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
-_startup.end()
+startup.end()
 
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix or directory.")
 flags.DEFINE_string("export_dir", None, "Where the SavedModels go.")

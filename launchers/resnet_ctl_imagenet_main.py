@@ -26,12 +26,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
 
 # As in launchers/train.py: a signal from here until the run starts exits
 # 42, nothing to save yet; TensorFlow quiet and no collections while
-# importing (tfm_ext/run/_startup.py).
-_startup.begin()
+# importing (tfm_ext/run/startup.py).
+startup.begin()
 from absl import app
 from absl import flags
 from absl import logging
@@ -41,11 +41,11 @@ import registry_imports  # pylint: disable=unused-import
 from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import run_summary
 from tfm_ext.run import driver
 
-_startup.end()
+startup.end()
 
 reference_flags.define_flags()
 flags.adopt_module_key_flags(reference_flags)  # --helpshort lists them.

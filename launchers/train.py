@@ -15,19 +15,19 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
 
 # SIGTERM, SIGINT or SIGHUP from here until the run starts: exit 42,
 # nothing to save yet (Python's default, while TensorFlow loads, is exit
 # 143). Quiet TensorFlow and no collections while importing
-# (tfm_ext/run/_startup.py;
+# (tfm_ext/run/startup.py;
 # benchmarks/RESULTS.md#default-collector-off-while-importing).
-_startup.begin()
+startup.begin()
 from absl import app
 
 import tfm_ext.run.launcher
 import registry_imports  # pylint: disable=unused-import
-_startup.end()
+startup.end()
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 if __name__ == "__main__":

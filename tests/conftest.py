@@ -147,7 +147,7 @@ class Result:
 def _launcher_env(data_dir):
   """What a launcher's environment adds to the tests'."""
   # TF_USE_LEGACY_KERAS as a launcher sets it before importing TensorFlow
-  # (tfm_ext/run/_startup.py): the fork servers import TensorFlow first.
+  # (tfm_ext/base/startup.py): the fork servers import TensorFlow first.
   return dict(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
               PYTHONPATH=REPO, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1")
 

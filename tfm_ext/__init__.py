@@ -38,30 +38,30 @@ subpackages) go in 0.3.0. `tests/e2e/test_stable_api.py` pins all of it.
 
 The names below load on first use (PEP 562), so that `import
 tfm_ext.run.launcher` can quiet TensorFlow and pause the garbage collector
-before TensorFlow loads (`tfm_ext.run._startup`).
+before TensorFlow loads (`tfm_ext.base.startup`).
 """
 
 import importlib
 from typing import Any
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
     "ActionContext": "tfm_ext.actions",
     "register_action": "tfm_ext.actions",
     "CustomTrainer": "tfm_ext.training.custom_trainer",
-    "UsageError": "tfm_ext.errors",
-    "RunFailed": "tfm_ext.errors",
-    "Preempted": "tfm_ext.run.preemption",
+    "UsageError": "tfm_ext.base.errors",
+    "RunFailed": "tfm_ext.base.errors",
+    "Preempted": "tfm_ext.base.errors",
     "ServingInputs": "tfm_ext.model_dir.export",
     "run_experiment": "tfm_ext.run.experiment",
     "launch": "tfm_ext.run.experiment",
     "build_model": "tfm_ext.training.models",
     "MODELS": "tfm_ext.training.models",
     "register_model": "tfm_ext.training.models",
-    "Registry": "tfm_ext.training.registry",
-    "RegistryError": "tfm_ext.training.registry",
+    "Registry": "tfm_ext.base.registry",
+    "RegistryError": "tfm_ext.base.registry",
     "get_trainer": "tfm_ext.training.trainers",
     "register_trainer": "tfm_ext.training.trainers",
     "TrainerConfig": "tfm_ext.training.trainers",

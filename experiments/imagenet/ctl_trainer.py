@@ -30,7 +30,7 @@ from absl import logging
 import tensorflow as tf
 
 import tfm_ext
-from tfm_ext.actions import console
+from tfm_ext.base import console
 
 Step = Callable[[], int]
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from official.core import config_definitions as cfg
 from official.legacy.image_classification.resnet import imagenet_preprocessing
-from tfm_ext.run import devices
+from tfm_ext.base import devices
 
 NUM_TRAIN_IMAGES = imagenet_preprocessing.NUM_IMAGES["train"]
 NUM_VALIDATION_IMAGES = imagenet_preprocessing.NUM_IMAGES["validation"]

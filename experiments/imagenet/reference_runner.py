@@ -31,7 +31,7 @@ import yaml
 from experiments.imagenet import input_pipeline
 from experiments.imagenet import reference_flags
 from tfm_ext.config.params import ConfigSources
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir.run_summary import RunSummary
 
 EXPERIMENT = "resnet50_imagenet_ctl"

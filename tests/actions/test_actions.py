@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import tfm_ext
 from tfm_ext import actions
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import UsageError
 from tfm_ext.run import preemption
 
 from conftest import DOUBLES_TRAIN, SMOKE

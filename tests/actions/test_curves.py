@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from conftest import REPO
 from tfm_ext.actions import curves
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 
 # 40 steps in loops of 10 (the first loop of a process is one step), an
 # evaluation every 20.
@@ -25,7 +25,7 @@ TRAIN_STEPS = [1, 10, 20, 30, 40]
 def read_csv(model_dir):
   """`{step: {column: value or None}}` and the header of `metrics.csv`."""
   reader = csv.reader(io.StringIO(
-      _files.read_text(os.path.join(model_dir, curves.METRICS_CSV))))
+      files.read_text(os.path.join(model_dir, curves.METRICS_CSV))))
   header = next(reader)
   rows = {int(row[0]): {name: float(cell) if cell else None
                         for name, cell in zip(header[1:], row[1:])}

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfm_ext.actions import notify
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 from conftest import DOUBLES_TRAIN, SMOKE
 

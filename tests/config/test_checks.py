@@ -17,7 +17,7 @@ from conftest import assert_clean_usage_error
 from experiments import digits_convnet
 from tfm_ext.config import checks
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.run import driver
 from tfm_ext.training import custom_trainer
 

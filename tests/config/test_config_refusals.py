@@ -19,9 +19,9 @@ from conftest import REPO, TRAIN
 from conftest import assert_clean_usage_error
 
 from tfm_ext.config import params as params_lib
-from tfm_ext.config import params_file
+from tfm_ext.model_dir import params_file
 from tfm_ext.config import checks
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.run import driver
 

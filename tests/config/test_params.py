@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import registry_imports  # pylint: disable=unused-import
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 
 def write(path, text):

@@ -37,16 +37,17 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 def _modules():
   import registry_imports  # pylint: disable=g-import-not-at-top,unused-import
-  from tfm_ext.actions import best_checkpoint  # pylint: disable=g-import-not-at-top
-  from tfm_ext.run import continuous_eval, driver  # pylint: disable=g-import-not-at-top
+  from tfm_ext.model_dir import best_checkpoints  # pylint: disable=g-import-not-at-top
+  from tfm_ext.model_dir import eval_ledger  # pylint: disable=g-import-not-at-top
+  from tfm_ext.run import driver  # pylint: disable=g-import-not-at-top
   from tfm_ext.config import params as params_lib  # pylint: disable=g-import-not-at-top
   from tfm_ext.model_dir import run_summary  # pylint: disable=g-import-not-at-top
-  return best_checkpoint, continuous_eval, driver, params_lib, run_summary
+  return best_checkpoints, eval_ledger, driver, params_lib, run_summary
 
 
 def _train(folder):
   """Fills `folder`/m: 6 steps of train_and_eval, and a continuous ledger."""
-  _, continuous_eval, driver, params_lib, _ = _modules()
+  _, eval_ledger, driver, params_lib, _ = _modules()
   model_dir = os.path.join(folder, "m")
   params = params_lib.build(params_lib.ConfigSources(
       experiment=EXP, params_override=TRAIN))
@@ -54,7 +55,7 @@ def _train(folder):
       experiment=EXP, mode="train_and_eval", model_dir=model_dir,
       params=params)))
   assert summary.status == "completed", summary.message
-  ledger = continuous_eval.EvalLedger(model_dir)
+  ledger = eval_ledger.EvalLedger(model_dir)
   for step in (2, 4, 6):
     ledger.record(f"{model_dir}/ckpt-{step}", "evaluated", {"accuracy": 0.5})
 
@@ -137,7 +138,7 @@ PARAMS_DAMAGE = [
 ], ids=[i for i, _, _ in PARAMS_DAMAGE] + ["added_fields_binary"])
 def test_a_damaged_params_yaml_is_refused_before_anything_is_written(
     model_dir, reader, damage, fragment):
-  from tfm_ext.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from tfm_ext.base.errors import UsageError  # pylint: disable=g-import-not-at-top
   damage = damage if isinstance(damage, dict) else {"params.yaml": damage}
   for name, data in damage.items():
     _write(os.path.join(model_dir, name), data)
@@ -205,7 +206,7 @@ def test_a_damaged_training_complete_marker_reads_as_absent(model_dir):
 
 def test_a_resume_rebuilds_or_skips_every_other_damaged_record(
     model_dir, caplog):
-  _, continuous_eval, driver, params_lib, run_summary = _modules()
+  _, _, driver, params_lib, run_summary = _modules()
   for name in ("run_summary.json", "training_complete.json", MANIFEST,
                "training_starts/9-1.json", "eval_ledger/ckpt-8.json"):
     _write(os.path.join(model_dir, name), BINARY)
@@ -232,10 +233,10 @@ def test_a_resume_rebuilds_or_skips_every_other_damaged_record(
 
 
 def _best(model_dir):
-  best_checkpoint, _, _, params_lib, _ = _modules()
+  best_checkpoints, _, _, params_lib, _ = _modules()
   params = params_lib.build(params_lib.ConfigSources(
       experiment=EXP, params_override=TRAIN))
-  return best_checkpoint.maybe_create(params, model_dir)
+  return best_checkpoints.maybe_create(params, model_dir)
 
 
 @pytest.mark.parametrize("damage, kept", [
@@ -343,7 +344,7 @@ CONFIG_REFUSED = [
                          ids=[row[0] for row in CONFIG_REFUSED])
 def test_yaml_that_is_more_than_a_config_is_one_short_error(
     tmp_path, text, override, fragment):
-  from tfm_ext.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from tfm_ext.base.errors import UsageError  # pylint: disable=g-import-not-at-top
   with pytest.raises(UsageError) as e:
     _build(tmp_path, text, override)
   fragment = fragment.replace("{f}", str(tmp_path / "c.yaml"))

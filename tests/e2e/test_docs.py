@@ -201,7 +201,7 @@ def fork_server(data_dir, tmp_path_factory):
   """A `_ForkServer` for every page but REAL_PROCESSES, once a session."""
   modules = built_once(tmp_path_factory, "launcher_imports",
                        _launcher_imports)
-  # TensorFlow imported as a launcher imports it (tfm_ext/run/_startup.py).
+  # TensorFlow imported as a launcher imports it (tfm_ext/base/startup.py).
   server = _ForkServer(os.path.join(modules, "modules.json"),
                        dict(_reader_env(data_dir), TF_USE_LEGACY_KERAS="1"),
                        str(tmp_path_factory.mktemp("fork_socket")))

@@ -1,8 +1,8 @@
 """An evaluation of nothing, and input files cut short, never pass silently.
 
 Evaluations that read no batch (`tfm_ext.training.eval_count`) and TFRecord files
-whose framing ends early (`tfm_ext.config.input_files`, its checks of single
-files in tests/config/test_input_files.py), on real digits runs and real
+whose framing ends early (`tfm_ext.training.input_files`, its checks of single
+files in tests/training/test_input_files.py), on real digits runs and real
 files.
 """
 
@@ -23,9 +23,9 @@ from digits_records import bundled
 from digits_records import cut_copy
 from digits_records import digits_data
 from digits_records import record_offsets
-from tfm_ext.actions import best_checkpoint
-from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import best_checkpoints
 from tfm_ext.training import eval_count
+from tfm_ext.model_dir import eval_ledger
 
 
 EXPERIMENT = "--experiment=digits_convnet"
@@ -37,7 +37,7 @@ NO_BATCH = ("task.validation_data.global_batch_size=400,"
 
 
 def best_entries(model_dir):
-  path = os.path.join(model_dir, "best_ckpt", best_checkpoint.MANIFEST)
+  path = os.path.join(model_dir, "best_ckpt", best_checkpoints.MANIFEST)
   if not os.path.exists(path):
     return []
   with open(path) as f:
@@ -108,7 +108,7 @@ def test_continuous_eval_records_each_empty_evaluation_and_ranks_none(
   run = launch_forked(EXPERIMENT, "--mode=continuous_eval",
                       f"--params_override={NO_BATCH}", model_dir=model_copy)
   assert run.returncode == 0, run
-  entries = continuous_eval.read_ledger(str(model_copy))
+  entries = eval_ledger.read_ledger(str(model_copy))
   assert [(e["global_step"], e["status"], e["metrics"]) for e in entries] == [
       (10, "empty", {}), (20, "empty", {})]
   for step in (10, 20):
@@ -130,7 +130,7 @@ def tfm_trainer(validation_path, export_dir, task_config=None, ema=False):
         "ema": {"average_decay": 0.99}}}})
   params.task.validation_data.input_path = validation_path
   task = task_factory.get_task(params.task)
-  exporter = best_checkpoint.maybe_create(params, str(export_dir))
+  exporter = best_checkpoints.maybe_create(params, str(export_dir))
   trainer = train_utils.create_trainer(
       params, task, train=False, evaluate=True, checkpoint_exporter=exporter,
       trainer_cls=base_trainer.Trainer)

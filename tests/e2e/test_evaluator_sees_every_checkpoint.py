@@ -28,7 +28,7 @@ import pytest
 from conftest import REPO
 import gcs_box
 from tfm_ext.model_dir import eval_claims
-from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
 
 # pylint: disable=redefined-outer-name
 
@@ -122,7 +122,7 @@ def _check(scenario, trainer_log, evaluator_stdout, entries, summary):
   # recorded, and the evaluator warned of; the rest was evaluated.
   unwatched = [e["global_step"] for e in entries if e["status"] == "missing"]
   assert all(e["evaluator"] == "trainer"
-             and e["why"] == continuous_eval.UNWATCHED
+             and e["why"] == eval_ledger.UNWATCHED
              for e in entries if e["status"] == "missing"), entries
   steps = [e["global_step"] for e in entries if e["status"] == "evaluated"]
   assert sorted(unwatched + steps) == SAVED, entries
@@ -150,7 +150,7 @@ def _check(scenario, trainer_log, evaluator_stdout, entries, summary):
   assert end[0].startswith(f"continuous_eval | {len(steps)} checkpoint(s) "
                            "evaluated here, 0 by other evaluators"), end
   assert (f"not evaluated: {len(unwatched)} missing (" in end[0]
-          and continuous_eval.UNWATCHED in end[0]) == bool(unwatched), end
+          and eval_ledger.UNWATCHED in end[0]) == bool(unwatched), end
   counted = summary["evaluations"]
   assert counted["said"] == end[0], (counted, end)
   assert (counted["evaluated_here"], counted["not_evaluated"],
@@ -194,7 +194,7 @@ def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
     assert evaluated.returncode == 0, evaluated
     model_dir = str(dirs[scenario])
     notes.append(_check(scenario, _local_log(model_dir), evaluated.stdout,
-                        continuous_eval.read_ledger(model_dir),
+                        eval_ledger.read_ledger(model_dir),
                         evaluated.summary("eval_summary.json")))
     assert not os.listdir(os.path.join(model_dir, eval_claims.PRESENCE))
   print("; ".join(notes))
@@ -253,7 +253,7 @@ def test_on_a_bucket_the_evaluator_sees_every_checkpoint(gcs_box, forked_in,
     log = "".join(gcs_box.read(n).decode() for n in gcs_box.list(f"{prefix}/logs/")
                   if ".INFO." in n)
     entries = sorted((json.loads(gcs_box.read(n))
-                      for n in gcs_box.list(f"{prefix}/{continuous_eval.LEDGER}/")
+                      for n in gcs_box.list(f"{prefix}/{eval_ledger.LEDGER}/")
                       if n.endswith(".json")),
                      key=lambda e: e["global_step"])
     summary = json.loads(gcs_box.read(f"{prefix}/eval_summary.json"))
@@ -303,7 +303,7 @@ def test_started_before_its_trainer_with_the_defaults_it_evaluates_each(
   assert saved == list(range(200, 3001, 200)), log[-3000:]
   assert re.search(r"Evaluator \S+ is live: from ckpt-200 on", log)
   assert "before any evaluator recorded it" not in log, log[-3000:]
-  entries = continuous_eval.read_ledger(str(model_dir))
+  entries = eval_ledger.read_ledger(str(model_dir))
   assert [(e["global_step"], e["status"]) for e in entries] == [
       (step, "evaluated") for step in saved], entries
   end = _end_line(evaluated.stdout)
@@ -341,7 +341,7 @@ def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
   assert end.startswith(
       "continuous_eval | 4 checkpoint(s) evaluated here, 0 by other "
       "evaluators | not evaluated: 10 missing (ckpt-10, ckpt-20 ... ckpt-100: "
-      f"{continuous_eval.UNWATCHED}), 1 unreadable (ckpt-130: its files do "
+      f"{eval_ledger.UNWATCHED}), 1 unreadable (ckpt-130: its files do "
       "not read ("), end
   assert end in evaluated.stderr  # The log's warning, on the console too.
   summary = evaluated.summary("eval_summary.json")
@@ -354,5 +354,5 @@ def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
   assert [(m["global_step"], m["status"]) for m in missed] == [
       (step, "missing") for step in range(10, 101, 10)] + [
           (130, "unreadable")], missed
-  assert all(m["why"] == continuous_eval.UNWATCHED for m in missed[:-1])
+  assert all(m["why"] == eval_ledger.UNWATCHED for m in missed[:-1])
   assert missed[-1]["why"].startswith("its files do not read ("), missed

@@ -29,7 +29,7 @@ from conftest import REPO
 from conftest import SMOKE
 from conftest import TRAIN
 import gcs_box as gcs_box_lib
-from tfm_ext.actions import console
+from tfm_ext.model_dir import log_files
 
 # pylint: disable=redefined-outer-name
 
@@ -201,7 +201,7 @@ def test_a_log_that_cannot_be_copied_is_kept_and_its_place_named(
   temp_dir.mkdir()
   log = temp_dir / "tfm_ext.host.user.log.INFO.20261201-120000.7"
   log.write_text("the run's log\n")
-  copy_log = console._copy_log  # pylint: disable=protected-access
+  copy_log = log_files._copy_log  # pylint: disable=protected-access
   # A store TensorFlow cannot write (as a bucket gone at the end of a run).
   copy_log(str(log), "nofs://bucket/run/logs", temp_dir=str(temp_dir))
   assert log.read_text() == "the run's log\n"
@@ -356,21 +356,21 @@ def test_an_input_on_a_silent_store_is_refused_in_bounded_time(gcs_box,
 _STALE_READ = gcs_box_lib.ANOTHER_PROCESS + """
 import json, sys
 import tensorflow as tf
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 path = sys.argv[1]
 def rewrite(value):
   do(f"tf.io.gfile.GFile({path!r}, 'w').write({json.dumps(value)!r})")
 rewrite({"token": "x" * 200})
-assert _files.read_json(path)["token"] == "x" * 200  # Cached: its length.
+assert files.read_json(path)["token"] == "x" * 200  # Cached: its length.
 rewrite({"token": "short"})
 try:
   tf.io.gfile.GFile(path, "rb").read()
   print("plain read: no error")
 except tf.errors.InternalError as e:
   print("plain read:", str(e).splitlines()[0])
-print("read_json:", json.dumps(_files.read_json(path)))
+print("read_json:", json.dumps(files.read_json(path)))
 rewrite({"token": "y" * 400})
-print("read_object:", json.dumps(_files.read_object(path, {"token": str})))
+print("read_object:", json.dumps(files.read_object(path, {"token": str})))
 """
 
 

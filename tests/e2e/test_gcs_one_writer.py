@@ -33,7 +33,7 @@ import gcs_box as gcs_box_lib
 # claims; a winner holds the lease HOLD seconds. It prints what happened.
 RACER = """
 import json, sys, time
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import lease
 base, rounds, period, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 print("ready", flush=True)

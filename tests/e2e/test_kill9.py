@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import numeric_tensors
-from tfm_ext.actions import best_checkpoint
+from tfm_ext.model_dir import best_checkpoints
 
 TRIALS = 4
 STEPS = 800  # More than the trials reach: each is killed in training.
@@ -37,7 +37,7 @@ def assert_restorable(model_dir):
   if latest:
     numeric_tensors(latest)  # Reads every tensor back.
   best_dir = os.path.join(model_dir, "best_ckpt")
-  manifest = os.path.join(best_dir, best_checkpoint.MANIFEST)
+  manifest = os.path.join(best_dir, best_checkpoints.MANIFEST)
   if os.path.exists(manifest):
     with open(manifest) as f:
       for entry in json.load(f)["checkpoints"]:

@@ -17,17 +17,17 @@ import tensorflow as tf
 
 from conftest import REPO
 from conftest import SMOKE
-from tfm_ext.actions import console
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import run_summary
-from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
+from tfm_ext.model_dir import log_files
 
 
 @pytest.fixture
 def launcher_logging():
   """absl as `app.run` sets it up for `driver.run`; put back afterwards.
 
-  `driver.run` reads absl's flags and `console.log_to_files` points absl's
+  `driver.run` reads absl's flags and `log_files.log_to_files` points absl's
   handler at a file: the tests after these must find neither changed.
   """
   flags = absl_flags.FLAGS
@@ -82,7 +82,7 @@ def run_job(data_dir, launcher_logging):
 
 def read_logs(model_dir):
   """The text of every log file copied into `model_dir/logs/`."""
-  return [_files.read_text(path)
+  return [files.read_text(path)
           for path in tf.io.gfile.glob(f"{model_dir}/logs/*")]
 
 
@@ -109,12 +109,12 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert tf.io.gfile.glob(f"{model_dir}/validation/events.out.tfevents.*")
 
   # The top-k exporter: evaluations at steps 20, 40 and 60, all kept.
-  manifest = _files.read_json(f"{model_dir}/best_ckpt/best_checkpoints.json")
+  manifest = files.read_json(f"{model_dir}/best_ckpt/best_checkpoints.json")
   assert sorted(e["global_step"] for e in manifest["checkpoints"]) == [
       20, 40, 60]
   for entry in manifest["checkpoints"]:
     assert tf.io.gfile.exists(f"{model_dir}/best_ckpt/{entry['path']}.index")
-  info = _files.read_json(f"{model_dir}/best_ckpt/info.json")
+  info = files.read_json(f"{model_dir}/best_ckpt/info.json")
   assert info["best_ckpt_global_step"] == manifest["checkpoints"][0][
       "global_step"]
   assert tf.train.latest_checkpoint(f"{model_dir}/best_ckpt")
@@ -129,7 +129,7 @@ def test_bucket_model_dir_holds_every_record_and_nothing_lands_locally(
   assert summary.mode == "continuous_eval"
   assert summary.eval_metrics == continuous.eval_metrics
   # Each checkpoint evaluated once, one ledger record per checkpoint.
-  ledger = continuous_eval.read_ledger(model_dir)
+  ledger = eval_ledger.read_ledger(model_dir)
   assert [(e["global_step"], e["status"]) for e in ledger] == [
       (20, "evaluated"), (40, "evaluated"), (60, "evaluated")]
   assert sorted(tf.io.gfile.listdir(f"{model_dir}/eval_ledger")) == [
@@ -187,7 +187,7 @@ def test_logs_of_one_name_are_all_kept(tmp_path):
     local = tmp_path / str(n) / "tfm_ext.host.user.log.INFO.20261201-120000.7"
     local.parent.mkdir()
     local.write_text(text)
-    console._copy_log(str(local), f"{model_dir}/logs")  # pylint: disable=protected-access
+    log_files._copy_log(str(local), f"{model_dir}/logs")  # pylint: disable=protected-access
   assert sorted(tf.io.gfile.listdir(f"{model_dir}/logs")) == [
       "tfm_ext.host.user.log.INFO.20261201-120000.7",
       "tfm_ext.host.user.log.INFO.20261201-120000.7.1",
@@ -197,7 +197,7 @@ def test_logs_of_one_name_are_all_kept(tmp_path):
 
 def test_records_cut_short_are_skipped_with_a_warning(caplog):
   model_dir = f"ram://{uuid.uuid4().hex}"
-  ledger = continuous_eval.EvalLedger(model_dir)
+  ledger = eval_ledger.EvalLedger(model_dir)
   ledger.record(f"{model_dir}/ckpt-10", "evaluated", {"accuracy": 0.5})
   ledger.record(f"{model_dir}/ckpt-20", "missing")
   assert run_summary.record_training_start(model_dir, 0) == 0
@@ -210,7 +210,7 @@ def test_records_cut_short_are_skipped_with_a_warning(caplog):
       f.write(text)
 
   with caplog.at_level(std_logging.WARNING):
-    ledger = continuous_eval.EvalLedger(model_dir)
+    ledger = eval_ledger.EvalLedger(model_dir)
     resumes = run_summary.record_training_start(model_dir, 10)
   assert [(e["global_step"], e["status"]) for e in ledger.entries.values()
           ] == [(10, "evaluated"), (20, "missing")]
@@ -224,19 +224,19 @@ def test_records_cut_short_are_skipped_with_a_warning(caplog):
 
 def test_an_older_model_dirs_append_only_records_still_count(tmp_path):
   model_dir = str(tmp_path)
-  (tmp_path / continuous_eval.LEGACY_LEDGER).write_text(
+  (tmp_path / eval_ledger.LEGACY_LEDGER).write_text(
       '{"checkpoint": "ckpt-10", "global_step": 10, "status": "evaluated", '
       '"metrics": {}, "time": 1.0}\n{"checkpoint": "ckpt-2')  # Cut by a kill.
   (tmp_path / run_summary.LEGACY_STARTS).write_text(
       '{"restored_step": 0, "time": 1.0}\n'
       '{"restored_step": 10, "time": 2.0}\n')
 
-  ledger = continuous_eval.EvalLedger(model_dir)
+  ledger = eval_ledger.EvalLedger(model_dir)
   assert f"{model_dir}/ckpt-10" in ledger
   ledger.record(f"{model_dir}/ckpt-20", "evaluated")
-  assert continuous_eval.EvalLedger(model_dir).evaluated_steps() == [10, 20]
+  assert eval_ledger.EvalLedger(model_dir).evaluated_steps() == [10, 20]
   assert run_summary.record_training_start(model_dir, 20) == 2
   # New records are objects of their own; the old file is only read.
   assert (tmp_path / "eval_ledger" / "ckpt-20.json").exists()
-  assert len((tmp_path / continuous_eval.LEGACY_LEDGER).read_text()
+  assert len((tmp_path / eval_ledger.LEGACY_LEDGER).read_text()
              .splitlines()) == 2

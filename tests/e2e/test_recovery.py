@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfm_ext import actions
-from tfm_ext.errors import RunFailed
+from tfm_ext.base.errors import RunFailed
 
 from conftest import numeric_tensors
 

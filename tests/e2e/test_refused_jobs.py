@@ -11,7 +11,7 @@ import os
 import re
 
 from conftest import assert_clean_usage_error
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import lease
 
 EXP = "--experiment=digits_convnet"
@@ -68,7 +68,7 @@ def test_a_second_trainer_refused_by_the_lease_leaves_no_log(
 
 def test_a_job_that_wrote_a_record_takes_nothing_back(tmp_path):
   model_dir = tmp_path / "m"
-  traces = _files.Traces(str(model_dir))
+  traces = files.Traces(str(model_dir))
   (model_dir / "logs").mkdir(parents=True)
   (model_dir / "logs" / "tfm_ext.log").write_text("the job's log")
   (model_dir / "claims").mkdir()

@@ -20,9 +20,11 @@ STABLE_NAMES = [
     "register_action", "register_model", "register_trainer",
     "run_experiment"]
 
-# Old path -> where it moved (0.2.0; the old paths go in 0.3.0).
-MOVED = {"tfm_ext.launcher": "tfm_ext.run.launcher",
-         "tfm_ext.ranking": "tfm_ext.training.ranking"}
+# Old path -> (where it moved, in which release); the old paths go in 0.3.0.
+MOVED = {"tfm_ext.launcher": ("tfm_ext.run.launcher", "0.2.0"),
+         "tfm_ext.ranking": ("tfm_ext.training.ranking", "0.2.0"),
+         "tfm_ext.errors": ("tfm_ext.base.errors", "0.2.1"),
+         "tfm_ext.run._startup": ("tfm_ext.base.startup", "0.2.1")}
 
 
 def _python(code):
@@ -53,12 +55,12 @@ def test_the_console_command_and_the_forks_entry_point():
 def test_a_moved_module_still_imports_with_a_warning_naming_its_new_path():
   checks = "; ".join(
       f"import {old}, {new}; assert sys.modules[{old!r}] is {new}"
-      for old, new in MOVED.items())
+      for old, (new, _) in MOVED.items())
   run = _python(f"import sys; {checks}; print('same modules')")
   assert run.returncode == 0 and "same modules" in run.stdout, run.stderr
-  for old, new in MOVED.items():
+  for old, (new, since) in MOVED.items():
     # Shown at the importing line of __main__, as a fork's script has it.
-    assert (f"DeprecationWarning: {old} moved to {new} in tfm_ext 0.2.0; "
+    assert (f"DeprecationWarning: {old} moved to {new} in tfm_ext {since}; "
             f"import {new} (the old path goes in 0.3.0).") in run.stderr, (
                 run.stderr)
 

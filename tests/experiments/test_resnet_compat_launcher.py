@@ -15,7 +15,7 @@ from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from conftest import assert_clean_usage_error
 
 MAIN = os.path.join(REPO, "launchers", "resnet_ctl_imagenet_main.py")

@@ -10,7 +10,7 @@ import tensorflow as tf
 from official.legacy.image_classification.resnet import imagenet_preprocessing
 
 from experiments.imagenet import input_pipeline
-from tfm_ext.run import devices
+from tfm_ext.base import devices
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
 import imagenet_fixtures
 

@@ -16,10 +16,10 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
-from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
 
 STEPS = (10, 20, 30)
 VALUE = "v/.ATTRIBUTES/VARIABLE_VALUE"
@@ -391,7 +391,7 @@ def test_continuous_eval_records_unreadable_checkpoints_and_goes_on(
                       model_dir=model_copy)
   assert run.returncode == 0, run
   status = {e["global_step"]: e["status"]
-            for e in continuous_eval.read_ledger(str(model_copy))}
+            for e in eval_ledger.read_ledger(str(model_copy))}
   assert status == {10: "evaluated", 20: "unreadable", 30: "unreadable"}
   assert run.stdout.count("eval @") == 1, run
   # It stopped once the final step was recorded, not after the timeout.
@@ -412,7 +412,7 @@ def test_two_evaluators_on_one_model_dir_evaluate_each_checkpoint_once(
   runs = [e.finish(timeout=240) for e in evaluators]
   assert all(r.returncode == 0 for r in runs), runs
   assert sum(r.stdout.count("eval @") for r in runs) == len(STEPS), runs
-  entries = continuous_eval.read_ledger(str(model_copy))
+  entries = eval_ledger.read_ledger(str(model_copy))
   assert [(e["global_step"], e["status"]) for e in entries] == [
       (s, "evaluated") for s in STEPS]
   assert not os.listdir(model_copy / eval_claims.CLAIMS)  # All released.

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
 
 
@@ -117,8 +117,8 @@ def test_read_says_what_is_damaged(tmp_path):
   for text, problem in (('{"pid": ', "not JSON"), ('{"pid": "7"}',
                                                    "wrong type: pid='7'"),
                         ('{"pid": 0}', "pid=0")):
-    _files.write_text(path, text)
-    with pytest.raises(_files.Damaged, match=problem):
+    files.write_text(path, text)
+    with pytest.raises(files.Damaged, match=problem):
       claim.read(path, {"pid": int})
   # A pid only counts where it is required: a claim may hold any.
   assert claim.read(path, ()) == {"pid": 0}

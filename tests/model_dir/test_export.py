@@ -18,9 +18,9 @@ import tf_keras
 from official.core import task_factory
 
 import tfm_ext
-from tfm_ext.actions import best_checkpoint
+from tfm_ext.model_dir import best_checkpoints
 from tfm_ext.config import params as params_lib
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import export
 from tfm_ext.run import driver
 
@@ -79,8 +79,8 @@ def trained(data_dir, tmp_path_factory):
   params = params_lib.build(params_lib.ConfigSources(
       experiment="digits_convnet",
       params_override=f"trainer.train_steps=300,{CADENCE}"))
-  manifest = _files.read_json(str(model_dir / "best_ckpt" /
-                                  best_checkpoint.MANIFEST))
+  manifest = files.read_json(str(model_dir / "best_ckpt" /
+                                  best_checkpoints.MANIFEST))
   return model_dir, params, manifest["checkpoints"][0]
 
 

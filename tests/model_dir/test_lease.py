@@ -17,8 +17,8 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpointing
 from tfm_ext.model_dir import lease
 
@@ -65,7 +65,7 @@ def _lease(model_dir, fake, *, host="vm-1", pid=100, alive=(), **kwargs):
 
 
 def _holder(model_dir):
-  return _files.read_json(os.path.join(model_dir, lease.FILENAME))
+  return files.read_json(os.path.join(model_dir, lease.FILENAME))
 
 
 def _claims(model_dir):
@@ -76,7 +76,7 @@ def _claim(model_dir, token, *, host="vm-2", pid=200, at=T0):
   """Writes the claim of another trainer, which has not taken the lease."""
   tf.io.gfile.makedirs(os.path.join(model_dir, lease.CLAIMS))
   path = os.path.join(model_dir, lease.CLAIMS, token + ".json")
-  _files.write_json(path, {"host": host, "pid": pid,
+  files.write_json(path, {"host": host, "pid": pid,
                            "pid_space": "boot-1/pid:[1]", "token": token,
                            "started": at, "heartbeat": at})
   return path
@@ -307,7 +307,7 @@ def test_the_smallest_live_claim_refuses_once_another_took_the_lease(
 
   def sleep(seconds):
     fake.sleep(seconds)
-    _files.write_json(os.path.join(model_dir, lease.FILENAME), {
+    files.write_json(os.path.join(model_dir, lease.FILENAME), {
         "host": "vm-2", "pid": 200, "pid_space": "", "token": "f" * 16,
         "started": T0, "heartbeat": fake.now})
 
@@ -353,7 +353,7 @@ def test_holder_whose_lease_was_taken_over_stops_and_keeps_the_new_one(
 
 def test_a_file_that_is_not_a_lease_is_taken_over(model_dir):
   tf.io.gfile.makedirs(model_dir)
-  _files.write_text(os.path.join(model_dir, lease.FILENAME), '{"pid": ')
+  files.write_text(os.path.join(model_dir, lease.FILENAME), '{"pid": ')
   _lease(model_dir, FakeTime()).acquire()
   assert _holder(model_dir)["pid"] == 100
 
@@ -400,22 +400,22 @@ def test_a_holder_that_lost_the_lease_writes_no_record_under_model_dir(
   fake = FakeTime()
   first = _lease(model_dir, fake, pid=100).acquire()
   record = os.path.join(model_dir, "run_summary.json")
-  _files.write_json(record, {"by": "first"})  # Held: written.
+  files.write_json(record, {"by": "first"})  # Held: written.
   fake.sleep(lease.STALE_SECONDS + 1)  # Suspended past the stale time.
   # Another trainer, in another process, takes the lease over.
-  _files.write_json(first.path, {
+  files.write_json(first.path, {
       "host": "vm-2", "pid": 200, "pid_space": "", "token": "other",
       "started": fake.clock(), "heartbeat": fake.clock()})
   # No heartbeat ran since it woke: the write itself finds the lease lost.
   with pytest.raises(lease.LeaseLost, match="Another trainer took over"):
-    _files.write_json(record, {"by": "first, after losing the lease"})
+    files.write_json(record, {"by": "first, after losing the lease"})
   with pytest.raises(lease.LeaseLost):
-    _files.write_record(os.path.join(model_dir, "training_starts"), "x", {})
-  assert _files.read_json(record) == {"by": "first"}
+    files.write_record(os.path.join(model_dir, "training_starts"), "x", {})
+  assert files.read_json(record) == {"by": "first"}
   assert not tf.io.gfile.exists(os.path.join(model_dir, "training_starts",
                                              "x.json"))
   first.release()
-  _files.write_json(record, {"by": "anyone, once released"})  # Unfenced.
+  files.write_json(record, {"by": "anyone, once released"})  # Unfenced.
 
 
 def test_a_save_whose_lease_is_lost_while_it_writes_puts_nothing_in_place(
@@ -461,7 +461,7 @@ def test_a_save_whose_lease_is_lost_while_it_writes_puts_nothing_in_place(
 def test_a_lease_naming_pid_0_is_no_lease(model_dir):
   # os.kill(0, sig) signals this process's group: pid 0 would look alive.
   tf.io.gfile.makedirs(model_dir)
-  _files.write_json(os.path.join(model_dir, lease.FILENAME), {
+  files.write_json(os.path.join(model_dir, lease.FILENAME), {
       "host": "vm-1", "pid": 0, "pid_space": "boot-1/pid:[1]",
       "token": "0", "started": T0, "heartbeat": T0})
   fake = FakeTime()
@@ -513,12 +513,12 @@ def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
   watcher = preemption.SignalWatcher(signals=())
   trains = plan("train_and_eval")
   with driver.assembled(trains, watcher) as parts:
-    assert _files.read_json(path)["pid"] == os.getpid()  # Before any record.
+    assert files.read_json(path)["pid"] == os.getpid()  # Before any record.
     assert driver.drive(trains, parts, watcher).status == "completed"
   assert not tf.io.gfile.exists(path)
 
   # Another trainer, alive on another host, holds it now.
-  _files.write_json(path, {"host": "tpu-vm-7", "pid": 4242, "token": "t",
+  files.write_json(path, {"host": "tpu-vm-7", "pid": 4242, "token": "t",
                            "started": time.time(), "heartbeat": time.time()})
   before = _files_under(model_dir)
   with pytest.raises(UsageError, match="in use by another trainer .*host "
@@ -526,7 +526,7 @@ def test_training_chief_holds_the_lease_on_a_bucket_evaluators_take_none(
     driver.execute(plan("train"))
   assert _files_under(model_dir) == before  # Refused before any write.
   assert driver.execute(plan("eval")).status == "completed"
-  assert _files.read_json(path)["token"] == "t"
+  assert files.read_json(path)["token"] == "t"
 
 
 RUN = ("--experiment=digits_convnet", "--mode=train",

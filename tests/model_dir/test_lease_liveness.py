@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import lease
 
@@ -30,7 +30,7 @@ def _judge(model_dir, **kwargs):
 
 
 def _holder(model_dir):
-  return _files.read_json(os.path.join(model_dir, lease.FILENAME))
+  return files.read_json(os.path.join(model_dir, lease.FILENAME))
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def sleeper():
 
 def _write_lease(model_dir, fields):
   os.makedirs(model_dir, exist_ok=True)
-  _files.write_json(os.path.join(model_dir, lease.FILENAME), {
+  files.write_json(os.path.join(model_dir, lease.FILENAME), {
       "token": "0" * 16, "started": time.time() - AN_HOUR, "beats": 7,
       **fields})
 

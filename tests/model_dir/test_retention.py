@@ -19,6 +19,7 @@ from conftest import tiny_manager
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
 
 
 def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
@@ -31,7 +32,7 @@ def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
   with eval_claims.announced(model_dir):
     save(4)
     assert checkpoint_steps(model_dir) == [2, 3, 4]  # ckpt-2 waits for it.
-    continuous_eval.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
+    eval_ledger.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
                                                  "evaluated")
     save(5)
     assert checkpoint_steps(model_dir) == [3, 4, 5]  # Recorded: rotated away.
@@ -39,7 +40,7 @@ def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
     assert checkpoint_steps(model_dir) == [3, 4, 5, 6]  # 2 x max_to_keep.
     save(7)
     assert checkpoint_steps(model_dir) == [4, 5, 6, 7]  # The oldest waiting goes,
-    missing = continuous_eval.read_ledger(model_dir)[-1]  # recorded so.
+    missing = eval_ledger.read_ledger(model_dir)[-1]  # recorded so.
     assert (missing["checkpoint"], missing["status"]) == ("ckpt-3", "missing")
     assert "2 x max_to_keep" in missing["why"]
     assert "Deleted ckpt-3, by the trainer before any evaluator recorded it" in (
@@ -63,14 +64,14 @@ def test_a_train_job_records_what_it_rotates_away_unwatched(tmp_path, records):
     save(step)
   with eval_claims.announced(model_dir):
     save(4)  # Kept for the evaluator: not recorded.
-    continuous_eval.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
+    eval_ledger.EvalLedger(model_dir).record(f"{model_dir}/ckpt-2",
                                                  "evaluated")
   save(5)  # Gone again: ckpt-2 (evaluated) and ckpt-3 rotate away.
-  entries = continuous_eval.read_ledger(model_dir)
+  entries = eval_ledger.read_ledger(model_dir)
   missing = [(e["global_step"], e["evaluator"], e["why"]) for e in entries
              if e["status"] == "missing"]
   assert checkpoint_steps(model_dir) == [4, 5]
-  why = continuous_eval.UNWATCHED
+  why = eval_ledger.UNWATCHED
   assert missing == ([(1, "trainer", why), (3, "trainer", why)] if records
                      else [])
   assert [e["status"] for e in entries if e["global_step"] == 2] == [

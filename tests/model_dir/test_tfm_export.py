@@ -13,7 +13,7 @@ import pytest
 from official.vision import registry_imports  # pylint: disable=unused-import
 
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import tfm_serving
 

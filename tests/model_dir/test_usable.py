@@ -1,13 +1,13 @@
 """A model_dir is checked before anything is written to it.
 
 The faults a launched run meets through this check (a full or read-only
-disk, a bucket that does not answer) are in tests/run/test_failures.py
+disk, a bucket that does not answer) are in tests/base/test_failures.py
 and tests/e2e/test_gcs.py.
 """
 
 import pytest
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import usable
 
 

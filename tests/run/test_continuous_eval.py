@@ -11,10 +11,11 @@ import time
 import pytest
 import tensorflow as tf
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.model_dir import run_summary
 from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
 
 
 TRAIN_ARGS = ("--experiment=digits_convnet",
@@ -26,7 +27,7 @@ TRAIN_ARGS = ("--experiment=digits_convnet",
 
 
 def ledger(model_dir):
-  return continuous_eval.read_ledger(str(model_dir))
+  return eval_ledger.read_ledger(str(model_dir))
 
 
 @pytest.mark.slow
@@ -192,7 +193,7 @@ def claim_of(model_dir, checkpoint):
 
 def ledger_bytes(model_dir):
   return {os.path.basename(path): open(path, "rb").read()
-          for path in glob.glob(os.path.join(model_dir, continuous_eval.LEDGER,
+          for path in glob.glob(os.path.join(model_dir, eval_ledger.LEDGER,
                                              "*"))}
 
 
@@ -256,7 +257,7 @@ def test_an_evaluator_continued_after_its_claim_was_taken_writes_nothing(
   # Each checkpoint recorded once, by the evaluator that took over: not one
   # byte of the ledger rewritten, no claim left behind.
   assert ledger_bytes(model_dir) == recorded
-  entries = continuous_eval.read_ledger(str(model_dir))
+  entries = eval_ledger.read_ledger(str(model_dir))
   assert [(e["global_step"], e["status"]) for e in entries] == [
       (10, "evaluated"), (20, "evaluated")]
   assert all(f":{other.proc.pid}:" in e["evaluator"] for e in entries)

@@ -22,7 +22,7 @@ from conftest import built_once
 from experiments.imagenet import reference_flags
 from experiments.imagenet import reference_runner
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 MAIN = os.path.join(REPO, "launchers", "resnet_ctl_imagenet_main.py")
 # The seed's examples; the list read from the wheel must hold them.

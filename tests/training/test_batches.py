@@ -184,7 +184,7 @@ def test_image_pipelines_give_each_replica_its_share(data_dir, tmp_path):
 def test_examples_per_second_and_eta_count_global_batches():
   import io  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfm_ext.actions import console  # pylint: disable=g-import-not-at-top
+  from tfm_ext.base import console  # pylint: disable=g-import-not-at-top
   step = tf.Variable(0, dtype=tf.int64)
   now = [10.0]
   stream = io.StringIO()

@@ -20,11 +20,11 @@ from official.core import exp_factory
 import tfm_ext
 from experiments import resnet50_imagenet_ctl  # pylint: disable=unused-import
 from tfm_ext.config import checks
-from tfm_ext.config import input_files
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
+from tfm_ext.training import input_files
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import UsageError
 from tfm_ext.training import ranking
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 from conftest import REPO
 from conftest import assert_clean_usage_error

@@ -40,7 +40,7 @@ action:
 Every action is guarded this way: registered ones, TFM's, those passed to
 `run_experiment`, the progress line and the notifications
 (`tfm_ext.actions.notify`). An action's deliberate outcomes pass through unchanged:
-`RunFailed` (exit 3), `UsageError` (exit 2) and `preemption.Preempted`. The
+`RunFailed` (exit 3), `UsageError` (exit 2) and `Preempted`. The
 driver's own run-ending actions (divergence recovery, the trainer lease's
 check, the preemption save) are not guarded: their failures are the run's.
 
@@ -67,11 +67,12 @@ from official.core import actions as tfm_actions
 from official.core import config_definitions
 from official.modeling import optimization
 
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
-from tfm_ext.run import preemption
+from tfm_ext.base.errors import Preempted
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import Stopped
+from tfm_ext.base.errors import UsageError
 from tfm_ext.training import optimizers
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 PHASES = ("train", "eval")
 
@@ -136,7 +137,7 @@ def registered(phase: str, context: ActionContext,
 
 
 # What an action raises on purpose: the run's own ending, passed through.
-OUTCOMES = (RunFailed, UsageError, preemption.Preempted, preemption.Stopped)
+OUTCOMES = (RunFailed, UsageError, Preempted, Stopped)
 
 
 def name_of(action: Action) -> str:
@@ -178,7 +179,7 @@ class Guard:
     step = self._global_step()
     said = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     phase, name = key.split("/", 1)
-    # INFO: the log file's, not the console's (`console.log_to_files`).
+    # INFO: the log file's, not the console's (`log_files.log_to_files`).
     logging.info("The %s action %r failed (%d so far) at step %d.", phase,
                  name, count, step, exc_info=(type(error), error,
                                               error.__traceback__))

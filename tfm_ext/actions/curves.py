@@ -45,10 +45,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfm_ext import actions
-from tfm_ext.actions import console
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
-from tfm_ext.run import failures
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
+from tfm_ext.base import failures
+from tfm_ext.base import logs
 
 METRICS_CSV = "metrics.csv"
 CURVES_PNG = "curves.png"
@@ -98,12 +98,12 @@ def read_scalars(model_dir: str, dirs: Mapping[str, str]) -> Rows:
     if top in read or not tf.io.gfile.isdir(top):
       continue
     read.add(top)
-    for directory, _, files in tf.io.gfile.walk(top):
+    for directory, _, names in tf.io.gfile.walk(top):
       relative = directory[len(top):].strip("/")
       tag_prefix = relative + "/" if relative else ""
       written = set()  # This directory's columns.
       last = -1
-      for name in sorted((f for f in files if ".tfevents." in f),
+      for name in sorted((f for f in names if ".tfevents." in f),
                          key=_creation_order):
         for step, tag, value in _scalar_events(os.path.join(directory, name)):
           if step < last and subdir == TRAIN_SUBDIR:
@@ -314,10 +314,10 @@ def refresh(model_dir: str, trainer_config, pending: Optional[Rows] = None
       return False
     for step, values in (pending or {}).items():
       rows.setdefault(step, {}).update(values)
-    _files.write_text(os.path.join(model_dir, METRICS_CSV),
+    files.write_text(os.path.join(model_dir, METRICS_CSV),
                       metrics_csv(rows))
     metric = trainer_config.best_checkpoint_eval_metric
-    _files.write_bytes(os.path.join(model_dir, CURVES_PNG), draw_curves(
+    files.write_bytes(os.path.join(model_dir, CURVES_PNG), draw_curves(
         dict(rows), title=f"{model_dir} (step {max(rows)})",
         main_metrics=[metric] if metric else None))
     return True
@@ -361,7 +361,7 @@ class RefreshResults:
     self._due = now + self._every
     step = int(self._global_step.numpy())
     pending = {step: {column(self._prefix, name): value for name, value
-                      in console.scalars(output or {}).items()}}
+                      in logs.scalars(output or {}).items()}}
     if refresh(self._model_dir, self._trainer_config, pending):
       self.refreshes += 1
 

@@ -49,10 +49,11 @@ from typing import Any, Callable, Deque, Dict, Mapping, Optional
 
 from absl import logging
 
-from tfm_ext.actions import console
-from tfm_ext.errors import UsageError
-from tfm_ext.run import failures
-from tfm_ext.run import preemption
+from tfm_ext.base import console
+from tfm_ext.base.errors import UsageError
+from tfm_ext.base import failures
+from tfm_ext.base.errors import EXIT_PREEMPTED
+from tfm_ext.base import logs
 
 # How long the end of a run waits for its `end` event to be delivered.
 END_WAIT_SECONDS = 5.0
@@ -239,13 +240,13 @@ class Progress:
   def train(self, output) -> None:
     """After a training loop: its metrics and the ETA."""
     self._notifier.send("train", step=self._global_step(),
-                        metrics=console.scalars(output or {}),
+                        metrics=logs.scalars(output or {}),
                         eta_seconds=self._eta())
 
   def eval(self, output) -> None:
     """After an evaluation: its metrics."""
     self._notifier.send("eval", step=self._global_step(),
-                        metrics=console.scalars(output or {}),
+                        metrics=logs.scalars(output or {}),
                         eta_seconds=self._eta())
 
 
@@ -273,7 +274,7 @@ def run_ended(notifier: Optional[Notifier], summary=None,
   if notifier is None:
     return
   if summary is not None:
-    exit_code = {"completed": 0, "preempted": preemption.EXIT_CODE}.get(
+    exit_code = {"completed": 0, "preempted": EXIT_PREEMPTED}.get(
         summary.status, summary.exit_code or failures.EXIT_DATA)
     notifier.end(summary.status, step=summary.global_step,
                  metrics=summary.train_metrics,
@@ -283,7 +284,7 @@ def run_ended(notifier: Optional[Notifier], summary=None,
     return
   code = error.code if isinstance(error, SystemExit) else 1
   code = code if isinstance(code, int) else 1
-  notifier.end("preempted" if code == preemption.EXIT_CODE else "failed",
+  notifier.end("preempted" if code == EXIT_PREEMPTED else "failed",
                message=("" if isinstance(error, SystemExit) else
                         f"{type(error).__name__}: {error}"[:500]),
                exit_code=code, step=None, metrics={}, eval_metrics={},

@@ -39,7 +39,7 @@ import orbit
 import tensorflow as tf
 import tf_keras
 
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.training import optimizers
 
 
@@ -212,7 +212,7 @@ class Recorder:
         state.update(lr_factor=float(action.lr_factor.numpy()),
                      reductions=action.reductions)
       record[p.name] = state
-    _files.write_json(self._path, record)
+    files.write_json(self._path, record)
 
 
 def resume(actions, model_dir: str, restored_step: int) -> None:
@@ -225,7 +225,7 @@ def resume(actions, model_dir: str, restored_step: int) -> None:
     return
   path = os.path.join(model_dir, RECORD)
   try:
-    record = _files.read_object(path, required={"global_step": int})
+    record = files.read_object(path, required={"global_step": int})
   except (tf.errors.NotFoundError, FileNotFoundError):
     return
   except (tf.errors.OpError, OSError, ValueError) as e:

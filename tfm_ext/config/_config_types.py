@@ -13,9 +13,9 @@ from typing import Any, Dict, Sequence
 
 from official.modeling import hyperparams
 
-from tfm_ext.config import _types
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
+from tfm_ext.base import values
+from tfm_ext.base.errors import UsageError
+from tfm_ext.config import added_fields
 
 
 def show(value) -> str:
@@ -28,11 +28,11 @@ def show(value) -> str:
 
 
 def integer(value) -> bool:
-  return _types.is_a(value, int)
+  return values.is_a(value, int)
 
 
 def number(value) -> bool:
-  return _types.is_a(value, (int, float))
+  return values.is_a(value, (int, float))
 
 
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",
@@ -45,7 +45,7 @@ def check_types(config: hyperparams.Config, prefix: str,
   """Refuses a value of `config` (recursively) that its annotation does not.
 
   Fields tfm_ext adds to TFM's configs without annotations
-  (`params_file.added_defaults()`) are held to the type of their default. None
+  (`added_fields.defaults()`) are held to the type of their default. None
   passes: it is TFM's "unset", and `checks.RULES` refuse it where
   it cannot run. Fields named in `skip` are left to another check.
   """
@@ -63,7 +63,7 @@ def check_types(config: hyperparams.Config, prefix: str,
 
 @functools.lru_cache(maxsize=None)
 def _hints(config_cls: type, section: str) -> Dict[str, Any]:
-  added = params_file.added_defaults().get(section, {})
+  added = added_fields.defaults().get(section, {})
   hints = {name: type(default) for name, default in added.items()
            if default is not None}
   try:

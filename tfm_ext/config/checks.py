@@ -65,14 +65,14 @@ from official.core import config_definitions
 from official.core import task_factory
 
 from tfm_ext.config import _config_types
-from tfm_ext.config import input_files
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.training import input_files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import usable
-from tfm_ext.run import devices as devices_lib
+from tfm_ext.base import devices as devices_lib
 from tfm_ext.training import custom_trainer
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 # The name base_trainer gives its validation loss metric, logged by every
 # evaluation whose task reports a loss.
@@ -719,7 +719,7 @@ def _check_input_path(where: str, data) -> None:
   if getattr(data, "tfds_name", ""):
     return
   for pattern in _patterns(getattr(data, "input_path", "")):
-    if _files.local_path(pattern) is None:  # A store that may not answer.
+    if files.local_path(pattern) is None:  # A store that may not answer.
       matched = usable.within(lambda p=pattern: tf.io.gfile.glob(p),
                               f"{where}.input_path={pattern!r}",
                               usable.store_of(pattern))

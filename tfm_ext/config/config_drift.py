@@ -12,10 +12,11 @@ from typing import Any, Dict, List, Tuple
 import tensorflow as tf
 import yaml
 
-from tfm_ext.actions import logs
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
+from tfm_ext.base import logs
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.config import added_fields
 
 # Dotted prefixes of fields that a resumed run may change.
 HARMLESS = (
@@ -64,7 +65,7 @@ def check_unchanged(params, model_dir: str, allow_change: bool) -> None:
     return
   # A params.yaml stock TFM wrote lacks our fields: they are their defaults.
   try:
-    old = params_file.read(saved, defaults=params_file.added_defaults())
+    old = params_file.read(saved, defaults=added_fields.defaults())
   except ValueError as e:  # _files.Damaged, naming the file.
     raise UsageError(
         f"{e}, so resuming --model_dir={model_dir!r} cannot be checked "

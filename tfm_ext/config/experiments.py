@@ -29,7 +29,7 @@ import gin
 
 from official.core import exp_factory
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 # What stock's train.py imports for its registrations.
 DEFAULTS = ("official.vision.registry_imports",)

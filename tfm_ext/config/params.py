@@ -32,14 +32,15 @@ from official.core import train_utils
 from official.modeling import hyperparams
 from official.modeling.hyperparams import params_dict
 
-from tfm_ext import errors
+from tfm_ext.base import errors
 from tfm_ext.config import config_drift
 from tfm_ext.config import experiments
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 from tfm_ext.training import trainers
+from tfm_ext.config import added_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +371,7 @@ def _add_missing_fields(params) -> None:
   Experiments built on `tfm_ext.TrainerConfig` declare the trainer ones; TFM's
   own experiments get them here, so YAML files and overrides can set them.
   """
-  for section, fields in params_file.added_defaults().items():
+  for section, fields in added_fields.defaults().items():
     present = getattr(params, section).as_dict()
     missing = {k: v for k, v in fields.items() if k not in present}
     if missing:

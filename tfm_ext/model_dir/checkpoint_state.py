@@ -52,8 +52,8 @@ import tensorflow as tf
 
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
 
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 
 STATE_FILE = "checkpoint"
 # The checkpoint name of TFM's (and TensorFlow's) CheckpointManager.
@@ -83,7 +83,7 @@ def read_state(model_dir: str) -> Tuple[Optional[List[str]], Optional[str]]:
   """
   path = os.path.join(model_dir, STATE_FILE)
   try:
-    text = _files.read_text(path)
+    text = files.read_text(path)
   except tf.errors.NotFoundError:
     return None, None
   except UnicodeDecodeError:
@@ -97,7 +97,7 @@ def read_state(model_dir: str) -> Tuple[Optional[List[str]], Optional[str]]:
     return None, "it names no checkpoint"
   elsewhere = [p for p in [*state.all_model_checkpoint_paths,
                             state.model_checkpoint_path]
-               if not _files.in_directory(model_dir, p)]
+               if not files.in_directory(model_dir, p)]
   if elsewhere:
     # TensorFlow's manager would restore them, and delete them to keep
     # max_to_keep: the files of another run (a copied model_dir's state).

@@ -10,7 +10,7 @@ before it, as it checks the checkpoint (`StartRestore`), and its first
 (`count_interval_from`); and an evaluator's restores expect to leave the
 optimizer's values unread (`PartialRestoreCheckpoint`).
 
-Every save is the run's `save` phase (`tfm_ext.run.failures`). A training
+Every save is the run's `save` phase (`tfm_ext.base.failures`). A training
 chief's manager is fenced by its lease (`tfm_ext.model_dir.lease`): `before_save`
 proves the lease before a save starts, before its files take their
 `ckpt-<step>` names (a synchronous save writes them under a name of its
@@ -47,10 +47,10 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint as checkpoint_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import constants as trackable_utils  # pylint: disable=g-direct-tensorflow-import
 
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import retention
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 
 
 # A manager whose start did not restore: its first `restore_or_initialize`
@@ -364,7 +364,7 @@ class FencedManager(tf.train.CheckpointManager):
           records_unwatched=self.records_unwatched)
     # Never another directory's files, whatever a state file said.
     kept = [path for path in self._maybe_delete
-            if not _files.in_directory(self.directory, path)]
+            if not files.in_directory(self.directory, path)]
     kept += self._retention.kept(
         [path for path in self._maybe_delete if path not in kept])
     managed = list(self._maybe_delete.items())

@@ -10,13 +10,13 @@ its owner the same way (`tfm_ext.model_dir.export`). They are one mechanism:
   boot and pid namespace), where the pid names one process, and its start
   time in that boot (`pid_start`), so that a reused pid is another process;
 * the owner writes its record whole (`Record.write`, through
-  `tfm_ext.model_dir._files`; `pad_to` gives each rewrite the same length, so that
+  `tfm_ext.model_dir.files`; `pad_to` gives each rewrite the same length, so that
   another process reads it whole and current through TensorFlow's GCS stat
   cache, which caches an object's length);
 * one heartbeat thread rewrites it (`Record.start_heartbeat`) every period,
   counting its beats (`Record.beats`), until it is stopped or finds the
   record no longer its owner's;
-* another process reads it fresh (`read`: `_files.read_object` reads again
+* another process reads it fresh (`read`: `files.read_object` reads again
   a record that reads cut short or "inconsistent" while that cache may be
   stale), and asks a `Judge` whether its owner is gone, and why. Liveness
   comes before clocks:
@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 
 
 # What `process_status` finds of a pid of this machine.
@@ -255,19 +255,19 @@ class Unchanged:
     return now - seen[1]
 
 
-def read(path: str, required: _files.Required) -> Optional[Dict[str, Any]]:
+def read(path: str, required: files.Required) -> Optional[Dict[str, Any]]:
   """The record at `path`, read fresh; None if there is none.
 
   Raises:
-    _files.Damaged: it does not read whole, lacks a `required` value, or
+    files.Damaged: it does not read whole, lacks a `required` value, or
       its required `pid` is no process's (`os.kill(0)` means a group).
   """
   try:
-    record = _files.read_object(path, required)
+    record = files.read_object(path, required)
   except tf.errors.NotFoundError:
     return None
   if "pid" in required and record["pid"] <= 0:
-    raise _files.Damaged(f"{path} is damaged: pid={record['pid']}")
+    raise files.Damaged(f"{path} is damaged: pid={record['pid']}")
   return record
 
 
@@ -303,10 +303,10 @@ class Record:
     """Writes the record as of its `beats`-th heartbeat."""
     self.beats = beats
     if self._pad_to:
-      _files.write_text(self.path, json.dumps(self._fields(beats)).ljust(
+      files.write_text(self.path, json.dumps(self._fields(beats)).ljust(
           self._pad_to))
     else:
-      _files.write_json(self.path, self._fields(beats))
+      files.write_json(self.path, self._fields(beats))
 
   def renew(self, ours: Callable[[], bool] = lambda: True) -> bool:
     """Writes the next beat, if `ours()` finds the record still this one's.

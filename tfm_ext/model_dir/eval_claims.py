@@ -59,8 +59,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
-from tfm_ext.config import environment
-from tfm_ext.model_dir import _files
+from tfm_ext.base import settings
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
 
 CLAIMS = "eval_claims"
@@ -69,8 +69,8 @@ CLAIMS = "eval_claims"
 CLAIM_SETTLE_SECONDS = 1.0
 # An evaluator rewrites its claim this often while it evaluates; a claim
 # that has not changed for STALE_CLAIM_SECONDS is its dead evaluator's.
-CLAIM_RENEW_SECONDS = environment.seconds("TFM_EXT_CLAIM_RENEW_SECONDS", 5)
-STALE_CLAIM_SECONDS = environment.seconds("TFM_EXT_CLAIM_STALE_SECONDS", 30)
+CLAIM_RENEW_SECONDS = settings.seconds("TFM_EXT_CLAIM_RENEW_SECONDS", 5)
+STALE_CLAIM_SECONDS = settings.seconds("TFM_EXT_CLAIM_STALE_SECONDS", 30)
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
 _process_owner = ("", -1)
@@ -92,9 +92,9 @@ def process_owner() -> str:
   return owner
 
 PRESENCE = "evaluators"
-PRESENCE_HEARTBEAT_SECONDS = environment.seconds(
+PRESENCE_HEARTBEAT_SECONDS = settings.seconds(
     "TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS", 5)
-PRESENCE_STALE_SECONDS = environment.seconds(
+PRESENCE_STALE_SECONDS = settings.seconds(
     "TFM_EXT_EVALUATOR_STALE_SECONDS", 30)
 # Every presence record is padded to this many bytes (see the module).
 _PRESENCE_BYTES = 1024
@@ -249,7 +249,7 @@ class Claims:
   def _read(self, name: str) -> Optional[Dict[str, Any]]:
     try:
       return claim.read(self._path(name), {"owner": str})
-    except _files.Damaged:
+    except files.Damaged:
       return None  # A claim cut short: no live claim.
 
   def _record(self, name: str) -> claim.Record:
@@ -281,7 +281,7 @@ class _Presence:
     self._made: List[str] = []
 
   def start(self) -> None:
-    directory = _files.local_path(os.path.dirname(self.path))
+    directory = files.local_path(os.path.dirname(self.path))
     while directory and not os.path.isdir(directory):
       self._made.append(directory)
       directory = os.path.dirname(directory)
@@ -415,7 +415,7 @@ def live_evaluators(model_dir: str,
     path = os.path.join(directory, name)
     try:
       record = claim.read(path, {"owner": str, "beats": int})
-    except _files.Damaged:
+    except files.Damaged:
       continue
     if record is None:
       continue

@@ -51,13 +51,13 @@ import tf_keras
 
 from official.core import export_base
 
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _best_checkpoint_files as best_checkpoint_files
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import best_checkpoints
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import tfm_serving
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 
 SUBDIR = "export"
 _SAVED_MODEL_PB = "saved_model.pb"
@@ -248,7 +248,7 @@ def place(partial: str, export_dir: str) -> None:
       second export of it); `partial` is deleted.
   """
   try:
-    if _files.local_path(export_dir) is not None:
+    if files.local_path(export_dir) is not None:
       tf.io.gfile.rename(partial, export_dir)
     else:
       _copy_saved_model(partial, export_dir)
@@ -314,7 +314,7 @@ def checkpoint_to_export(model_dir: str, best_subdir: str,
   checkpoint's prefix (`MODEL_DIR/ckpt-300`), a directory (its latest), or
   a step (`300`: `ckpt-300` in `model_dir`, else `best_ckpt-300` in
   `best_subdir`). The best is the first of `best_subdir`'s ranking: of
-  checkpoints with equal values, the older (`tfm_ext.actions.best_checkpoint`).
+  checkpoints with equal values, the older (`tfm_ext.model_dir.best_checkpoints`).
 
   Raises:
     UsageError: nothing to export, or `chosen` names no checkpoint.
@@ -323,7 +323,7 @@ def checkpoint_to_export(model_dir: str, best_subdir: str,
   if chosen:
     if chosen.isdigit():
       candidates = [os.path.join(model_dir, f"ckpt-{chosen}")] + (
-          [os.path.join(best_dir, f"{best_checkpoint_files.PREFIX}-{chosen}")]
+          [os.path.join(best_dir, f"{best_checkpoints.PREFIX}-{chosen}")]
           if best_dir else [])
     elif tf.io.gfile.isdir(chosen):
       candidates = [tf.train.latest_checkpoint(chosen) or ""]
@@ -360,7 +360,7 @@ def recorded_metrics(model_dir: str, best_subdir: str,
     return {}  # Another run's checkpoint: its steps are not this list's.
   step = checkpoint.rpartition("-")[2]
   try:
-    manifest = best_checkpoint_files.read_manifest(
+    manifest = best_checkpoints.read_manifest(
         os.path.join(model_dir, best_subdir))
   except (tf.errors.OpError, ValueError):
     return {}  # Damaged or unreadable: the export goes on without them.

@@ -83,7 +83,7 @@ record that is not whole, or reads as "inconsistent", again).
 A lost lease is fenced: the holder proves it still holds the lease, by
 reading it back and finding its own token, before every write it makes
 into `model_dir`, not only at its heartbeat: `assert_held` runs before each
-checkpoint save (`tfm_ext.model_dir.checkpointing`), each record (`tfm_ext.model_dir._files`
+checkpoint save (`tfm_ext.model_dir.checkpointing`), each record (`tfm_ext.model_dir.files`
 runs it before any write under `model_dir` while the lease is held) and as
 the first action after each loop (`check`). A trainer that was suspended
 or partitioned and wakes up raises `LeaseLost` at its first write and
@@ -94,7 +94,7 @@ object when it wakes.
 A lost lease is also what explains any other error its holder meets: one
 suspended inside a save whose temporary files the new holder deleted
 wakes to TensorFlow's `NotFoundError`. The lease tells the run's error
-boundary (`tfm_ext.run.failures.explain_with`): while it is lost (found so
+boundary (`tfm_ext.base.failures.explain_with`): while it is lost (found so
 at a check, a beat, or `release`), whatever the run raises is `LeaseLost`,
 exit 2 and one line; the original error and its traceback go to the log.
 
@@ -120,17 +120,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
-from tfm_ext.config import environment
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.base import settings
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 
 FILENAME = "trainer_lease.json"
 CLAIMS = "trainer_lease_claims"
 _CLAIM_SUFFIX = ".json"
-HEARTBEAT_SECONDS = environment.seconds("TFM_EXT_LEASE_HEARTBEAT_SECONDS", 10)
-STALE_SECONDS = environment.seconds("TFM_EXT_LEASE_STALE_SECONDS", 60)
+HEARTBEAT_SECONDS = settings.seconds("TFM_EXT_LEASE_HEARTBEAT_SECONDS", 10)
+STALE_SECONDS = settings.seconds("TFM_EXT_LEASE_STALE_SECONDS", 60)
 # A trainer that waits for the lease says so after this long, then at
 # twice the time it has waited.
 SAY_WAITING_SECONDS = 10.0
@@ -236,7 +236,7 @@ class Lease:
       self._claim.write()
     except tf.errors.NotFoundError:
       # A refused job took back the empty directory it had made
-      # (`_files.Traces`) between the two: make it again.
+      # (`files.Traces`) between the two: make it again.
       tf.io.gfile.makedirs(self.claims)
       self._claim.write()
     try:
@@ -249,7 +249,7 @@ class Lease:
       self._lease.start_heartbeat(
           self._heartbeat_seconds, ours=self._holds, name="tfm_ext_lease",
           failed="Trainer lease heartbeat failed")
-    self._unfence = _files.fence(self.model_dir, self.assert_held,
+    self._unfence = files.fence(self.model_dir, self.assert_held,
                                  exempt=self.path)
     self._unexplain = failures.explain_with(self.explain, self.model_dir)
     return self
@@ -510,7 +510,7 @@ class Lease:
     """The lease (or a claim at `path`); None if none or it is not one."""
     try:
       return claim.read(path or self.path, _FIELDS)
-    except _files.Damaged as e:
+    except files.Damaged as e:
       logging.warning("%s: read as no lease.", e)
       return None
 

@@ -9,7 +9,7 @@ unevaluated:
 
 * while an evaluator is live on the model_dir (its presence record,
   `eval_claims.live_evaluators`), a checkpoint past `max_to_keep` that the
-  ledger holds no record of (`continuous_eval.recorded_checkpoints`) is
+  ledger holds no record of (`eval_ledger.recorded_checkpoints`) is
   kept, and stays listed in the state file, where the evaluator finds it;
 * at most `max_to_keep` are kept so, `2 x max_to_keep` checkpoints in all;
   beyond that the oldest waiting is deleted, with a warning, and recorded
@@ -19,7 +19,7 @@ unevaluated:
   extra is kept, as TensorFlow would; what was kept is deleted at the next
   save. A `--mode=train` job (`records_unwatched`) records each checkpoint
   it so deletes that the ledger lacks as "missing"
-  (`continuous_eval.UNWATCHED`), so an evaluator started later can say
+  (`eval_ledger.UNWATCHED`), so an evaluator started later can say
   which it never saw.
 
 What it guarantees: from the first save that finds an evaluator present
@@ -57,7 +57,7 @@ from absl import logging
 
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
-from tfm_ext.run import continuous_eval
+from tfm_ext.model_dir import eval_ledger
 
 # What the trainer writes as the evaluator of a "missing" ledger record.
 TRAINER = "trainer"
@@ -95,7 +95,7 @@ class Retention:
     self._log_changes(live, excess)
     if not live and not self._records_unwatched:
       return []
-    recorded = continuous_eval.recorded_checkpoints(self._dir)
+    recorded = eval_ledger.recorded_checkpoints(self._dir)
     waiting = [p for p in excess if os.path.basename(p) not in recorded]
     if not live:
       self._unwatched = waiting
@@ -111,7 +111,7 @@ class Retention:
     those rotated away while no evaluator was present, quietly: an
     evaluator started later warns of them (`continuous_eval`).
     """
-    ledger = os.path.join(self._dir, continuous_eval.LEDGER)
+    ledger = os.path.join(self._dir, eval_ledger.LEDGER)
     if self._dropped:
       why = (f"deleted by the trainer before any evaluator recorded it: "
              f"{2 * self._max} checkpoints (2 x max_to_keep) are kept at "
@@ -123,7 +123,7 @@ class Retention:
           ", ".join(os.path.basename(p) for p in self._dropped),
           why[len("deleted "):], ledger)
       for path in self._dropped:
-        continuous_eval.record_missing(self._dir, path, why, by=TRAINER)
+        eval_ledger.record_missing(self._dir, path, why, by=TRAINER)
     if self._unwatched and not self._told_unwatched:
       self._told_unwatched = True
       logging.info(
@@ -131,7 +131,7 @@ class Retention:
           "unevaluated and recorded as missing in %s, where a continuous_eval "
           "started later finds them.", ledger)
     for path in self._unwatched:
-      continuous_eval.record_missing(self._dir, path, continuous_eval.UNWATCHED,
+      eval_ledger.record_missing(self._dir, path, eval_ledger.UNWATCHED,
                                      by=TRAINER)
     self._dropped, self._unwatched = [], []
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import dataclasses_json
 import tensorflow as tf
 
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import files
 
 FILENAME = "run_summary.json"
 EVAL_FILENAME = "eval_summary.json"
@@ -44,7 +44,7 @@ def path(model_dir: str, mode) -> str:
 
 def mark_training_complete(model_dir: str, global_step: int) -> None:
   """Tells evaluators that no checkpoint after `global_step` will come."""
-  _files.write_json(
+  files.write_json(
       os.path.join(model_dir, COMPLETE_MARKER),
       {"global_step": int(global_step), "time": time.time()})
 
@@ -59,7 +59,7 @@ def clear_training_complete(model_dir: str) -> None:
 def training_complete_step(model_dir: str) -> Optional[int]:
   """The step `mark_training_complete` recorded, or None."""
   try:
-    return int(_files.read_json(os.path.join(model_dir,
+    return int(files.read_json(os.path.join(model_dir,
                                              COMPLETE_MARKER))["global_step"])
   except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
     return None
@@ -77,7 +77,7 @@ class RunSummary:
   # Why a run was preempted or failed (or that it had nothing to train).
   message: str = ""
   # The launcher's exit code: 0 completed, 42 preempted, for a failed run
-  # 3 its data, 4 its storage, 1 a bug (`tfm_ext.run.failures`).
+  # 3 its data, 4 its storage, 1 a bug (`tfm_ext.base.failures`).
   exit_code: int = 0
   global_step: int = 0
   train_steps: int = 0
@@ -105,11 +105,11 @@ class RunSummary:
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
-  # The best checkpoint when the run ended (`tfm_ext.actions.best_checkpoint`):
+  # The best checkpoint when the run ended (`tfm_ext.model_dir.best_checkpoints`):
   # metric, value, global_step, path; empty without one.
   best: Dict[str, Any] = dataclasses.field(default_factory=dict)
   # A continuous_eval's count of the checkpoints it knew of, as its end line
-  # says it (`tfm_ext.run.continuous_eval.Tally.fields`): `evaluated_here`,
+  # says it (`tfm_ext.model_dir.eval_ledger.Tally.fields`): `evaluated_here`,
   # `evaluated_by_others`, `not_evaluated` and `complete`, the `missed` ones
   # (checkpoint, global_step, status, why), `claims_taken_over`, and the
   # line itself (`said`); empty for the other modes.
@@ -127,14 +127,14 @@ class RunSummary:
   wall_seconds: float = 0.0
 
   def write(self, model_dir: str, filename: str = FILENAME) -> str:
-    """Writes the summary whole (`_files.write_text`); returns its path."""
+    """Writes the summary whole (`files.write_text`); returns its path."""
     path = os.path.join(model_dir, filename)
-    _files.write_text(path, self.to_json(indent=2) + "\n")
+    files.write_text(path, self.to_json(indent=2) + "\n")
     return path
 
   @classmethod
   def read(cls, model_dir: str, filename: str = FILENAME) -> "RunSummary":
-    return cls.from_json(_files.read_text(os.path.join(model_dir, filename)))
+    return cls.from_json(files.read_text(os.path.join(model_dir, filename)))
 
 
 def record_training_start(model_dir: str, restored_step: int) -> int:
@@ -146,7 +146,7 @@ def record_training_start(model_dir: str, restored_step: int) -> int:
   """
   now = time.time_ns()
   start = {"restored_step": int(restored_step), "time": now / 1e9}
-  _files.write_record(os.path.join(model_dir, STARTS), f"{now}-{os.getpid()}",
+  files.write_record(os.path.join(model_dir, STARTS), f"{now}-{os.getpid()}",
                       start)
   starts = training_starts(model_dir)
   if start not in starts:  # A listing may lag behind the write just made.
@@ -160,7 +160,7 @@ def training_starts(model_dir: str) -> List[Dict[str, float]]:
   A record that is not whole (cut short by a kill, or damaged) is skipped
   with a warning: the count of resumes may then miss that start.
   """
-  starts = _files.read_records(
+  starts = files.read_records(
       os.path.join(model_dir, STARTS), _START_KEYS,
       legacy_file=os.path.join(model_dir, LEGACY_STARTS))
   return sorted(starts, key=lambda s: s["time"])

@@ -35,9 +35,9 @@ import tf_keras
 from official.core import config_definitions
 from official.core import export_base
 
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
-from tfm_ext.training import registry
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import UsageError
+from tfm_ext.base import registry
 
 # What TFM's export_saved_model.py's --input_type takes.
 INPUT_TYPES = ("image_tensor", "image_bytes", "tf_example", "tflite")

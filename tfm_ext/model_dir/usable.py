@@ -4,7 +4,7 @@ Every mode writes into `model_dir` (a checkpoint, a record, a summary, the
 log), so before the first byte goes anywhere `check_usable` makes sure
 it can:
 
-* its path is one TensorFlow's file systems take (`_files.unusable_path`:
+* its path is one TensorFlow's file systems take (`files.unusable_path`:
   UTF-8, and on a local disk no name longer than the file system allows);
 * its path holds no glob metacharacter (`*`, `?`, `[`): TensorFlow's
   `CheckpointManager` and the best-checkpoint exporter delete old
@@ -31,8 +31,8 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 
 GLOB_CHARACTERS = "*?["
 # A stat of a bucket takes well under a second where the store answers;
@@ -66,13 +66,13 @@ def check_usable(model_dir: str, *,
         "TensorFlow deletes old checkpoints by a glob of their path, which "
         "would match other directories' checkpoints (for 'job[1]': job1's) "
         "and never this one's. Use a path without *, ? and [.")
-  unusable = _files.unusable_path(model_dir)
+  unusable = files.unusable_path(model_dir)
   if unusable:
     shown = model_dir.encode("utf-8", "surrogateescape").decode(
         "utf-8", "backslashreplace")
     raise UsageError(f"--model_dir='{shown}' cannot be used: {unusable}. "
                      "Give another path.")
-  local = _files.local_path(model_dir)
+  local = files.local_path(model_dir)
   if local is not None:
     _check_local(model_dir, local)
   else:

@@ -28,15 +28,15 @@ from official.core import train_utils
 from official.modeling import performance
 
 from tfm_ext import actions
-from tfm_ext.actions import best_checkpoint
-from tfm_ext.actions import console
+from tfm_ext.model_dir import best_checkpoints
+from tfm_ext.base import console
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
 from tfm_ext.actions import plateau
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import checkpointing
 from tfm_ext.model_dir import lease
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 from tfm_ext.run import preemption
 from tfm_ext.run import strategies
 from tfm_ext.training import determinism
@@ -145,7 +145,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
     task = supplied.task or build_task(params, logging_dir=write_dir)
     trainer = supplied.trainer or train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=evaluates,
-        checkpoint_exporter=(best_checkpoint.maybe_create(params, write_dir)
+        checkpoint_exporter=(best_checkpoints.maybe_create(params, write_dir)
                              if evaluates else None),
         trainer_cls=plan.trainer_cls)
   if evaluates:  # An evaluation that read nothing fails, never ranks 0.

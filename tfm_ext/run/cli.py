@@ -18,9 +18,9 @@ def main() -> None:
   if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
   # pylint: disable=g-import-not-at-top
-  from tfm_ext.run import _startup
-  _startup.begin()  # Signals exit 42, TensorFlow quiet (tfm_ext/run/_startup.py).
+  from tfm_ext.base import startup
+  startup.begin()  # Signals exit 42, TensorFlow quiet (tfm_ext/run/startup.py).
   from absl import app
   import tfm_ext.run.launcher
-  _startup.end()
+  startup.end()
   app.run(tfm_ext.run.launcher.main)

@@ -20,7 +20,7 @@ no evaluator was present, and the evaluator warns of them as it starts and
 ends): gone is decided by listing its files, which an object store answers
 fresh, not by a stat that TF's GCS client may answer from its cache. A
 restore that fails while the files are there is tried again for
-`_files.STALE_READ_SECONDS` (an object rewritten by another process reads
+`files.STALE_READ_SECONDS` (an object rewritten by another process reads
 inconsistent until TF's stat cache ages; a server that did not answer); one
 that still fails is "unreadable" (cut short, zeroed). Neither is looked for
 again. One whose evaluation read no batch
@@ -66,31 +66,24 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
-                    Optional, Set, Tuple)
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from absl import logging
 import orbit
 import tensorflow as tf
 
-from tfm_ext import errors
-from tfm_ext.actions import console
-from tfm_ext.model_dir import _files
+from tfm_ext.base import errors
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
+from tfm_ext.model_dir import eval_ledger
 from tfm_ext.model_dir import run_summary
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 from tfm_ext.training import eval_count
+from tfm_ext.base.logs import scalars
 
-LEDGER = "eval_ledger"
-LEGACY_LEDGER = "eval_ledger.jsonl"
-_ENTRY_KEYS = ("checkpoint", "global_step", "status")
 # The statuses of a checkpoint whose evaluation ran to its end.
 _EVALUATION_RAN = ("evaluated", "empty")
-# The `why` of a "missing" record the trainer wrote for a checkpoint it
-# rotated away while no evaluator was present (`tfm_ext.model_dir.retention`).
-UNWATCHED = ("rotated away by max_to_keep while no evaluator was present on "
-             "the model_dir")
 POLL_SECONDS = 1.0
 
 
@@ -112,100 +105,7 @@ def listed_checkpoints(model_dir: str) -> List[str]:
   return sorted(paths, key=checkpoint_state.step_of)
 
 
-def recorded_checkpoints(model_dir: str) -> Set[str]:
-  """The names of the checkpoints the ledger holds a record of, any status.
 
-  One listing, no record read (what the trainer asks at each save). An
-  older evaluator's `eval_ledger.jsonl` is not looked at.
-  """
-  try:
-    names = tf.io.gfile.listdir(os.path.join(model_dir, LEDGER))
-  except tf.errors.NotFoundError:
-    return set()
-  return {n[:-len(".json")] for n in names if n.endswith(".json")}
-
-
-def record_missing(model_dir: str, checkpoint_path: str, why: str,
-                   by: str) -> None:
-  """Records `checkpoint_path`, deleted before it was evaluated, as missing.
-
-  Unless a record of it is there by now: an evaluation recorded a moment
-  ago stays.
-  """
-  name = os.path.basename(checkpoint_path)
-  if tf.io.gfile.exists(os.path.join(model_dir, LEDGER, name + ".json")):
-    return
-  _files.write_record(os.path.join(model_dir, LEDGER), name,
-                      _entry(checkpoint_path, "missing", {}, by, why))
-
-
-def _entry(checkpoint_path: str, status: str, metrics: Mapping[str, float],
-           evaluator: str, why: str = "") -> Dict[str, Any]:
-  entry = {"checkpoint": os.path.basename(checkpoint_path),
-           "global_step": checkpoint_state.step_of(checkpoint_path),
-           "status": status, "metrics": dict(metrics),
-           "evaluator": evaluator, "time": time.time()}
-  if why:
-    entry["why"] = why
-  return entry
-
-
-def read_ledger(model_dir: str) -> List[Dict[str, Any]]:
-  """The ledger's entries, one per checkpoint, oldest first.
-
-  `{"checkpoint": "ckpt-20", "global_step": 20, "status": "evaluated",
-  "empty", "missing" or "unreadable", "metrics": {...}, "evaluator": ...,
-  "time": ...}`. A record that is not whole is skipped with a warning: its
-  checkpoint is evaluated again.
-  """
-  records = _files.read_records(
-      os.path.join(model_dir, LEDGER), _ENTRY_KEYS,
-      legacy_file=os.path.join(model_dir, LEGACY_LEDGER))
-  entries = {e["checkpoint"]: e for e in records}  # The latest counts.
-  return sorted(entries.values(), key=lambda e: e["global_step"])
-
-
-class EvalLedger:
-  """The checkpoints this model_dir's evaluators have dealt with."""
-
-  def __init__(self, model_dir: str):
-    self._model_dir = model_dir
-    self.directory = os.path.join(model_dir, LEDGER)
-    self.entries: Dict[str, Dict[str, Any]] = {
-        e["checkpoint"]: e for e in read_ledger(model_dir)}
-
-  def catch_up(self) -> None:
-    """Reads the records written since: one listing, a read of each new one."""
-    for name in recorded_checkpoints(self._model_dir) - set(self.entries):
-      self.recorded_elsewhere(name)
-
-  def __contains__(self, checkpoint_path: str) -> bool:
-    return os.path.basename(checkpoint_path) in self.entries
-
-  def recorded_elsewhere(self, checkpoint_path: str) -> bool:
-    """Whether another evaluator has recorded it since this ledger was read.
-
-    Reads that one record, not the whole ledger.
-    """
-    name = os.path.basename(checkpoint_path)
-    try:
-      entry = _files.read_object(os.path.join(self.directory, name + ".json"),
-                                 _ENTRY_KEYS)
-    except (tf.errors.NotFoundError, ValueError):
-      return False  # Not there, or not whole: not recorded.
-    self.entries[name] = entry
-    return True
-
-  def record(self, checkpoint_path: str, status: str,
-             metrics: Optional[Mapping[str, float]] = None,
-             evaluator: str = "", why: str = "") -> None:
-    entry = _entry(checkpoint_path, status, metrics or {}, evaluator, why)
-    _files.write_record(self.directory, entry["checkpoint"], entry)
-    self.entries[entry["checkpoint"]] = entry
-
-  def evaluated_steps(self) -> List[int]:
-    return sorted(e["global_step"] for e in self.entries.values()
-                  if e["status"] == "evaluated")
 
 
 def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
@@ -228,7 +128,7 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
   # `eval_claims.announce`): what the trainer rotates away from then on
   # waits for this evaluator (see the module docstring).
   with eval_claims.announced(model_dir, claims.owner):
-    ledger = EvalLedger(model_dir)
+    ledger = eval_ledger.EvalLedger(model_dir)
     done = _Done(warned=_warn_unwatched(ledger, set()))
     ended = False
     try:
@@ -241,7 +141,7 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
       if ended:  # Else no more reads: what it knows is what it says.
         ledger.catch_up()
         _warn_unwatched(ledger, done.warned)
-      tally = Tally.of(ledger.entries.values(), claims.owner, done.seen,
+      tally = eval_ledger.Tally.of(ledger.entries.values(), claims.owner, done.seen,
                        done.listed, done.lost)
       said = tally.line()
       (logging.warning if tally.missed else logging.info)("%s", said)
@@ -340,7 +240,7 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
     if status is None:
       logs, status, why = _evaluate(controller, claims, eval_steps, path)
     claims.check(path)
-    ledger.record(path, status, console.scalars(logs or {}),
+    ledger.record(path, status, scalars(logs or {}),
                   evaluator=claims.owner, why=why)
     return logs
   except eval_claims.ClaimLost:
@@ -354,117 +254,22 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Tally:
-  """What became of the checkpoints an evaluator knew of: one count for its
-  end line (`line`) and its run summary's `evaluations` (`fields`).
-
-  The checkpoints are those of the ledger and those the evaluator saw
-  listed. `missed` are those no evaluator evaluated, oldest first, each
-  `{"checkpoint", "global_step", "status", "why"}`: "missing",
-  "unreadable" or "empty" as recorded, or "unrecorded" (seen listed, but
-  no evaluator recorded it: this one stopped first, or it was deleted
-  since). `claims_lost`: what this one evaluated but left to the
-  evaluator that took its claim over.
-  """
-  evaluated_here: int
-  evaluated_by_others: int
-  missed: Tuple[Dict[str, Any], ...]
-  claims_lost: Tuple[str, ...] = ()
-
-  @classmethod
-  def of(cls, entries: Iterable[Mapping[str, Any]], owner: str,
-         seen: Iterable[str] = (), listed: Iterable[str] = (),
-         claims_lost: Iterable[str] = ()) -> "Tally":
-    """The count of the ledger's `entries`, by evaluator `owner`.
-
-    `seen`: the checkpoints it saw listed; `listed`: those of its last
-    listing.
-    """
-    entries = list(entries)
-    evaluated = [e for e in entries if e["status"] == "evaluated"]
-    here = sum(e.get("evaluator") == owner for e in evaluated)
-    missed = [{"checkpoint": e["checkpoint"],
-               "global_step": e["global_step"], "status": e["status"],
-               "why": e.get("why") or ""}
-              for e in entries if e["status"] != "evaluated"]
-    recorded = {e["checkpoint"] for e in entries}
-    still = {os.path.basename(p) for p in listed}
-    missed += [{"checkpoint": name,
-                "global_step": checkpoint_state.step_of(name),
-                "status": "unrecorded",
-                "why": _STOPPED_FIRST if name in still else _DELETED}
-               for name in {os.path.basename(p) for p in seen} - recorded]
-    return cls(evaluated_here=here,
-               evaluated_by_others=len(evaluated) - here,
-               missed=tuple(sorted(missed, key=lambda m: m["global_step"])),
-               claims_lost=tuple(claims_lost))
-
-  def line(self) -> str:
-    """`continuous_eval | 8 checkpoint(s) evaluated here, 0 by other
-    evaluators | not evaluated: 2 missing (ckpt-300, ckpt-400: why)`."""
-    not_evaluated = []
-    for status in ("missing", "unreadable", "empty", "unrecorded"):
-      of_status = [m for m in self.missed if m["status"] == status]
-      if not of_status:
-        continue
-      names = [m["checkpoint"] for m in of_status]
-      whys = sorted({m["why"] for m in of_status} - {""})
-      label = "never recorded" if status == "unrecorded" else status
-      not_evaluated.append(f"{len(names)} {label} ({_ranges(names)}"
-                           + (f": {'; '.join(whys)}" if whys else "") + ")")
-    line = (f"continuous_eval | {self.evaluated_here} checkpoint(s) "
-            f"evaluated here, {self.evaluated_by_others} by other evaluators")
-    if not_evaluated:
-      line += f" | not evaluated: {', '.join(not_evaluated)}"
-    if self.claims_lost:
-      line += (f" | {len(self.claims_lost)} claim(s) taken over while "
-               f"evaluated here ({_ranges(list(self.claims_lost))}: left to "
-               "the evaluator that took it over)")
-    return line
-
-  def fields(self) -> Dict[str, Any]:
-    """The run summary's `evaluations` (`tfm_ext.model_dir.run_summary`)."""
-    return {"checkpoints": (self.evaluated_here + self.evaluated_by_others
-                            + len(self.missed)),
-            "evaluated_here": self.evaluated_here,
-            "evaluated_by_others": self.evaluated_by_others,
-            "not_evaluated": len(self.missed),
-            "complete": not self.missed,
-            "missed": [dict(m) for m in self.missed],
-            "claims_taken_over": list(self.claims_lost),
-            "said": self.line()}
-
-
-# The `why` of a checkpoint seen listed that no evaluator recorded.
-_STOPPED_FIRST = "this evaluator stopped first"
-_DELETED = "deleted before any evaluator recorded it"
-
-
-def _warn_unwatched(ledger: "EvalLedger", warned: Set[str]) -> Set[str]:
+def _warn_unwatched(ledger: eval_ledger.EvalLedger, warned: Set[str]) -> Set[str]:
   """Warns of the checkpoints the trainer rotated away unevaluated.
 
   Those its ledger records say no evaluator was present for
   (`UNWATCHED`), less `warned`; returns all it has warned of.
   """
   names = [e["checkpoint"] for e in ledger.entries.values()
-           if e.get("why") == UNWATCHED and e["checkpoint"] not in warned]
+           if e.get("why") == eval_ledger.UNWATCHED and e["checkpoint"] not in warned]
   if names:
     logging.warning(
         "%d checkpoint(s) were deleted by the trainer's max_to_keep while no "
         "evaluator was present, and were never evaluated: %s (recorded as "
         "missing in %s). Start continuous_eval with the training job, or "
         "raise max_to_keep, to evaluate every checkpoint.", len(names),
-        _ranges(names), ledger.directory)
+        eval_ledger.ranges(names), ledger.directory)
   return warned | set(names)
-
-
-def _ranges(names: List[str]) -> str:
-  """`ckpt-10, ckpt-20 ... ckpt-90`: at most the first two and the last."""
-  names = sorted(names, key=checkpoint_state.step_of)
-  if len(names) <= 3:
-    return ", ".join(names)
-  return f"{names[0]}, {names[1]} ... {names[-1]}"
 
 
 # The `why` of a checkpoint whose evaluation read no batch.
@@ -544,8 +349,8 @@ def _restore(controller: orbit.Controller, path: str,
 _RESTORE_ERRORS = (tf.errors.OpError, IndexError)
 # TensorFlow's errors that say the store did not answer, not that the
 # checkpoint is bad: tried again on a local disk too.
-_TRANSIENT = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-              tf.errors.AbortedError, tf.errors.ResourceExhaustedError)
+_TRANSIENT = failures.TRANSIENT + (tf.errors.DeadlineExceededError,
+                                   tf.errors.ResourceExhaustedError)
 
 
 def restore_status(restore: Callable[[str], None], path: str, *,
@@ -555,7 +360,7 @@ def restore_status(restore: Callable[[str], None], path: str, *,
   """Calls `restore(path)`; None, or "missing" or "unreadable" if it fails.
 
   "missing" when its files are no longer listed. A failure while they are
-  is tried again until `_files.STALE_READ_SECONDS` have passed (on an object
+  is tried again until `files.STALE_READ_SECONDS` have passed (on an object
   store whatever it raised, since a stale length reads as inconsistent or
   cut short; on a local disk only `_TRANSIENT` errors); then "unreadable".
   """
@@ -579,9 +384,9 @@ def _restore_outcome(restore: Callable[[str], None], path: str, *,
         logging.warning("Checkpoint %s vanished before it was evaluated; "
                         "recorded as missing and skipped: %s", path, cause)
         return "missing", f"deleted before it was read ({cause})"
-      deadline = deadline or clock() + _files.STALE_READ_SECONDS
+      deadline = deadline or clock() + files.STALE_READ_SECONDS
       retried = (isinstance(e, _TRANSIENT)
-                 or _files.local_path(path) is None)
+                 or files.local_path(path) is None)
       if not retried or clock() > deadline:
         logging.warning("Checkpoint %s cannot be read (%s); recorded as "
                         "unreadable and skipped.", path, cause)
@@ -603,7 +408,7 @@ def _listed(path: str) -> bool:
   return path + ".index" in tf.io.gfile.glob(path + ".*")
 
 
-def _finished(model_dir: str, ledger: EvalLedger, train_steps: int,
+def _finished(model_dir: str, ledger: eval_ledger.EvalLedger, train_steps: int,
               listed: List[str]) -> bool:
   """Whether the training's last checkpoint is recorded, and all before it.
 

@@ -21,7 +21,7 @@
 saved, or nothing to save yet: a signal before the first step, or to an
 evaluator), 3 failed on its data (the last checkpoint intact), 4 its
 storage failed (a full disk, a lost permission), 2 bad input found only
-once running (`tfm_ext.run.failures`). Each writes the run summary
+once running (`tfm_ext.base.failures`). Each writes the run summary
 (`run_summary.json`; `eval_summary.json` or `export_summary.json` for a
 mode that does not train) and the operative gin config first, when the run
 got that far, then sends the run's `end` notification
@@ -47,20 +47,19 @@ import tf_keras
 from official.core import config_definitions
 from official.core import train_utils
 
-from tfm_ext.actions import best_checkpoint
-from tfm_ext.actions import console
+from tfm_ext.model_dir import best_checkpoints
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
 from tfm_ext.actions import plateau
 from tfm_ext.config import checks
 from tfm_ext.config import config_drift
-from tfm_ext.config import environment
-from tfm_ext.config import input_files
+from tfm_ext.base import settings
+from tfm_ext.training import input_files
 from tfm_ext.config import params as params_lib
-from tfm_ext.config import params_file
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
-from tfm_ext.model_dir import _files
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import lease
@@ -69,13 +68,16 @@ from tfm_ext.model_dir import tfm_serving
 from tfm_ext.model_dir import usable
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.run import strategies
 from tfm_ext.run import waits
 from tfm_ext.training import autograph_cache
 from tfm_ext.training import trainers
+from tfm_ext.base.errors import EXIT_PREEMPTED
+from tfm_ext.model_dir import log_files
+from tfm_ext.base.logs import scalars
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +146,7 @@ def request_for(sources: params_lib.ConfigSources, *, mode: str,
 
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
-  environment.check()
+  settings.check()
   params = request.params
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)
@@ -194,16 +196,12 @@ class Recovery:
   backoff_seconds: float = 2.0
 
 
-# Errors after which a rebuilt strategy, task and trainer can go on from the
-# latest checkpoint: a lost peer or an aborted collective. Anything else is
-# a bug or bad data and fails at once with its traceback.
-TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 
 def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   """Runs a `prepare`d plan as a job; returns its summary or exits.
 
-  Inside the run's error boundary (`tfm_ext.run.failures.boundary`), so
+  Inside the run's error boundary (`tfm_ext.base.failures.boundary`), so
   what it raises is classified, and logged, before the log is copied into
   a bucket.
   """
@@ -211,10 +209,10 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
   chief = strategies.is_chief_process()
   with failures.boundary(), failures.phase("model_dir", request.model_dir):
     # What a refused job takes back: it leaves the model_dir as it was.
-    traces = _files.Traces(request.model_dir) if chief else None
+    traces = files.Traces(request.model_dir) if chief else None
     # Non-chief workers keep their logs out of model_dir (absl's default
     # dir). A `logs` there that is no directory is the user's, named.
-    save_log = console.log_to_files(request.model_dir if chief else None)
+    save_log = log_files.log_to_files(request.model_dir if chief else None)
   failures.set_run(log_file=logging.get_log_file_name() or "the console")
   notifier = notify.for_request(request, chief)
   summary = None
@@ -226,10 +224,10 @@ def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
       try:
         summary = _with_recovery(plan, recovery, watcher, notifier)
       except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
-        exit_with(e, preemption.EXIT_CODE, "preempted")
+        exit_with(e, EXIT_PREEMPTED, "preempted")
       _finish(request, plan.mode, summary)
     if summary.status == "preempted":
-      exit_with(summary.message, preemption.EXIT_CODE, "preempted")
+      exit_with(summary.message, EXIT_PREEMPTED, "preempted")
     if summary.status == "failed":
       exit_with(summary.message, summary.exit_code or RunFailed.EXIT_CODE)
     return summary
@@ -298,7 +296,7 @@ def _with_recovery(plan: Plan, recovery: Recovery,
       plan = prepare(plan.request)
     try:
       summary = execute(plan, watcher=watcher, notifier=notifier)
-    except TRANSIENT_ERRORS as e:
+    except failures.TRANSIENT as e:
       watcher.check_aborted(e)  # Not a restart: a second signal came.
       # TensorFlow cannot set up collectives twice in one process: a
       # multi-worker job exits and its cluster manager restarts it.
@@ -434,7 +432,7 @@ def _drive(plan: Plan, parts: assembly.Parts,
       if not trained:
         logs = mode.run(ctx)
         if not (mode.trains or mode.evaluates) and logs:  # An export's.
-          parts.eval_progress.last_logs = console.scalars(logs)
+          parts.eval_progress.last_logs = scalars(logs)
       elif mode.evaluates and not _evaluated_last_step(previous, parts):
         # Stopped in (or before) the final evaluation: that one is left.
         parts.controller.evaluate(steps=request.params.trainer.validation_steps)
@@ -442,14 +440,14 @@ def _drive(plan: Plan, parts: assembly.Parts,
                           int(parts.trainer.global_step.numpy()))
   except preemption.Preempted as e:
     return summarize(plan, parts, resumes, "preempted", str(e),
-                     exit_code=preemption.EXIT_CODE)
+                     exit_code=EXIT_PREEMPTED)
   except preemption.Stopped as e:  # Asked by an action; saved at e.step.
     print(f"stopped @ step {e.step} | {e.reason}", flush=True)
     run_summary.mark_training_complete(parts.write_dir, e.step)
     summary = summarize(plan, parts, resumes, "completed", str(e))
     summary.stopped_early_at, summary.stop_reason = e.step, e.reason
     return summary
-  except TRANSIENT_ERRORS as e:
+  except failures.TRANSIENT as e:
     if not strategies.is_multi_worker(plan.strategy):
       raise  # Restarted by `_with_recovery`.
     # A peer lost: TensorFlow cannot set up collectives twice in a process;
@@ -579,5 +577,5 @@ def summarize(plan: Plan, parts: assembly.Parts, resumes: int, status: str,
       action_failures=dict(parts.action_failures),
       evaluations=dict(parts.evaluations),
       **plateau.summary_fields(parts.watching),
-      best=(best_checkpoint.best_of(request.model_dir, request.params.trainer)
+      best=(best_checkpoints.best_of(request.model_dir, request.params.trainer)
             if parts.chief else {}))

@@ -46,18 +46,19 @@ from official.core import base_task
 from official.core import base_trainer
 from official.core import config_definitions
 
-from tfm_ext.config import environment
+from tfm_ext.base import settings
 from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
 from tfm_ext.run import driver
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.training import trainers
+from tfm_ext.base.errors import EXIT_PREEMPTED
 
 
 def run_experiment(
@@ -150,7 +151,7 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
   from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
   failures.reset()
   try:
-    environment.check()
+    settings.check()
     experiments.import_registries(registry)
     experiments.register_for(experiment,
                              gin_given=bool(gin_files or gin_params))
@@ -176,7 +177,7 @@ def _error_of(exit: SystemExit) -> Exception:
   code = exit.code if isinstance(exit.code, int) else 1
   reported = failures.last_reported()
   message = reported.message if reported else f"The run ended with exit {code}."
-  if code == preemption.EXIT_CODE:
+  if code == EXIT_PREEMPTED:
     error = preemption.Preempted(-1, "a signal")
     error.args = (message,)
   elif code == UsageError.EXIT_CODE:

@@ -3,7 +3,7 @@
 Installed, it is `tfm-ext-train` and `python -m tfm_ext`; `--registry=MODULE`
 (repeatable) imports a downstream repository's registrations. A downstream
 repository may instead fork it in three lines, and gets the same quiet, fast
-start (`tfm_ext.run._startup`) by importing this module first:
+start (`tfm_ext.base.startup`) by importing this module first:
 
     from absl import app
     import tfm_ext.run.launcher
@@ -12,7 +12,7 @@ start (`tfm_ext.run._startup`) by importing this module first:
 
 The embedded default experiment, `digits_convnet`, is always registered.
 
-Exit codes (`tfm_ext.run.failures`, the one boundary every failure goes
+Exit codes (`tfm_ext.base.failures`, the one boundary every failure goes
 through): 0 done; 2 bad input (unknown names, malformed YAML, unknown
 override keys, bad gin, unsplittable batches, empty input patterns, `eval`
 without a checkpoint, an unusable `--model_dir`), printed as one paragraph
@@ -27,9 +27,9 @@ with its traceback.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
 
-_startup.begin(signals=False)  # An import changes no signal handler.
+startup.begin(signals=False)  # An import changes no signal handler.
 
 import sys
 
@@ -42,22 +42,22 @@ from official.core import exp_factory
 from official.core import task_factory
 
 from tfm_ext import actions
-from tfm_ext.actions import console
-from tfm_ext.config import environment
+from tfm_ext.base import settings
 from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import driver
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 from tfm_ext.run import modes
 from tfm_ext.training import models
 from tfm_ext.training import trainers
+from tfm_ext.model_dir import log_files
 
-_startup.end()
+startup.end()
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 # TFM's train.py flags, defined by TFM: its names, types, defaults and help.
@@ -191,14 +191,14 @@ def registered() -> str:
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
-  # For a fork's script that did not call _startup.begin: a signal exits
+  # For a fork's script that did not call startup.begin: a signal exits
   # 42 from here until the run's handlers take over.
-  _startup.install_signals()
-  _startup.install_console()
-  console.hold_log()
+  startup.install_signals()
+  startup.install_console()
+  log_files.hold_log()
   failures.reset()
   with failures.boundary():
-    environment.check()
+    settings.check()
     params_lib.check_command_line(sys.argv[1:], FLAGS)
     experiments.import_registries(FLAGS.registry)
     # Before gin is parsed: stock has imported them, and a binding may name

@@ -11,12 +11,12 @@ import orbit
 
 from official.core import config_definitions
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import export
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import continuous_eval
-from tfm_ext.run import failures
-from tfm_ext.training import registry
+from tfm_ext.base import failures
+from tfm_ext.base import registry
 
 Logs = Optional[Mapping[str, Any]]
 

@@ -44,7 +44,7 @@ each signal at once to Python's wakeup file descriptor: `SignalWatcher`'s
 thread reads it there, counts the signals, says them, and sets the stop
 variable the training loop reads at every step (`stop_within_a_step`).
 
-42 (`EXIT_CODE`) is the restart code TensorFlow's
+42 (`EXIT_PREEMPTED`) is the restart code TensorFlow's
 `PreemptionCheckpointHandler` uses: a supervisor that restarts on it resumes
 from the checkpoint saved.
 
@@ -72,58 +72,31 @@ import tensorflow as tf
 
 from official.core import base_trainer
 
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
+from tfm_ext.base.errors import EXIT_PREEMPTED
+# Raised here; defined on the ground floor, which actions catch them from.
+from tfm_ext.base.errors import Preempted  # pylint: disable=unused-import
+from tfm_ext.base.errors import Stopped  # pylint: disable=unused-import
 
-EXIT_CODE = _startup.EXIT_CODE
-SIGNALS = _startup.SIGNALS
-
-
-class Preempted(Exception):
-  """Raised after the preemption checkpoint is saved, or by an evaluator.
-
-  An evaluator (`saved=False`) has no checkpoint to save: it stops between
-  evaluations.
-  """
-
-  def __init__(self, step: int, signal_name: str, saved: bool = True):
-    done = (f"saved a checkpoint at step {step}" if saved else
-            f"stopped evaluating at step {step}; nothing to save")
-    came = (f"{signal_name} received" if signal_name
-            else "another worker received a signal")
-    super().__init__(f"{came}: {done}; exit {EXIT_CODE} to be restarted.")
-    self.step = step
-
-
-class Stopped(Exception):
-  """Raised after the checkpoint of a stop the run asked for is saved.
-
-  An action asked (`tfm_ext.actions.plateau.Stop`: early stopping, or an
-  action's `context.stop(reason)`): the run ends as complete at `step`,
-  exit 0, its summary saying why.
-  """
-
-  def __init__(self, step: int, reason: str):
-    super().__init__(f"stopped at step {step}: {reason}")
-    self.step = step
-    self.reason = reason
+SIGNALS = startup.SIGNALS
 
 
 class StartUpInterrupted(Exception):
   """A signal came before the run's first step: nothing to save yet.
 
   Raised once the parts are built, before anything is written to
-  `model_dir`; the launcher exits with `EXIT_CODE` without writing a run
-  summary. (Before the parts, `tfm_ext.run._startup` ends the process.)
+  `model_dir`; the launcher exits with `EXIT_PREEMPTED` without writing a run
+  summary. (Before the parts, `tfm_ext.base.startup` ends the process.)
   """
 
   def __init__(self, signal_name: str):
-    super().__init__(_startup.message(signal_name))
+    super().__init__(startup.message(signal_name))
 
 
 class SecondSignal(KeyboardInterrupt):
   """A second signal: the job ends at once, without saving.
 
-  The run's error boundary (`tfm_ext.run.failures`) prints one `aborted:` line
+  The run's error boundary (`tfm_ext.base.failures`) prints one `aborted:` line
   naming the last checkpoint and exits 42; the log file keeps where it
   struck.
   """
@@ -301,7 +274,7 @@ class SignalWatcher:
     """Ends the process if the main thread did not take a second signal."""
     if self._raised or self._wakeup is None:
       return
-    from tfm_ext.run import failures  # pylint: disable=g-import-not-at-top
+    from tfm_ext.base import failures  # pylint: disable=g-import-not-at-top
     failure = failures.classify(SecondSignal(signal.Signals(signum).name))
     logging.info("TensorFlow held the main thread %.0fs after a second "
                  "signal: the signal watcher ends the process.",
@@ -342,7 +315,7 @@ def _log_off_main(line: str, now: bool) -> None:
 # What the first signal's line says while a run trains (`stop_within_a_step`).
 TRAINING_STOPS = (
     "stopping after the step in flight (an evaluation in flight ends "
-    f"first), saving a checkpoint at that step, then exit {EXIT_CODE}; a "
+    f"first), saving a checkpoint at that step, then exit {EXIT_PREEMPTED}; a "
     "second signal ends the job at once without saving")
 
 

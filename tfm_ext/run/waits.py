@@ -4,7 +4,7 @@ Some of a start's calls wait inside TensorFlow's native code for as long as
 something outside the process makes them: a cluster's strategy connects to
 every task of `TF_CONFIG` and returns only once all answer. Python runs a
 signal handler only between two bytecodes of the main thread, so while the
-main thread waits there the start-up handlers (`_startup.install_signals`)
+main thread waits there the start-up handlers (`startup.install_signals`)
 never run: SIGTERM and Ctrl-C were lost, and nothing was printed.
 
     with waits.announced("the cluster of TF_CONFIG (chief 10.0.0.1:2222...)"):
@@ -32,7 +32,8 @@ import sys
 import threading
 from typing import Iterator
 
-from tfm_ext.run import _startup
+from tfm_ext.base import startup
+from tfm_ext.base.errors import EXIT_PREEMPTED
 
 FIRST_SAY_SECONDS = 10.0
 MOST_SAY_SECONDS = 300.0
@@ -130,8 +131,8 @@ def _exit(signum: int, what: str) -> None:
   name = signal.Signals(signum).name
   try:
     os.write(sys.stderr.fileno(), (
-        f"preempted: {_startup.message(name, f'while waiting for {what}')}"
+        f"preempted: {startup.message(name, f'while waiting for {what}')}"
         "\n").encode())
   except (OSError, ValueError):  # A closed console: the exit code says it.
     pass
-  os._exit(_startup.EXIT_CODE)  # pylint: disable=protected-access
+  os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access

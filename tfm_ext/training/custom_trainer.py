@@ -43,19 +43,17 @@ from official.core import base_trainer
 from official.core import train_utils
 from official.modeling import optimization
 
-from tfm_ext.actions import console
-from tfm_ext.config import input_files
-from tfm_ext.run import devices
+from tfm_ext.base import console
+from tfm_ext.training import input_files
+from tfm_ext.base import devices
 from tfm_ext.training import determinism
 from tfm_ext.training import eval_count
 from tfm_ext.training import inputs
 from tfm_ext.training import optimizers
-from tfm_ext.training import trainers
 
 Logs = Dict[str, Any]
 
 
-@trainers.register_trainer("custom")
 class CustomTrainer(base_trainer.Trainer):
   """A `base_trainer.Trainer` whose loop pieces are public, documented hooks.
 
@@ -79,7 +77,7 @@ class CustomTrainer(base_trainer.Trainer):
       CPUs, where the input shares the cores with the model
       (`inputs.input_threads`).
     * Before it builds them, it checks the TFRecord files they read
-      (`tfm_ext.config.input_files`: a file cut short is exit 3 naming it, where
+      (`tfm_ext.training.input_files`: a file cut short is exit 3 naming it, where
       TensorFlow would read part of it without a word), and an evaluation
       that reads no batch raises `tfm_ext.training.eval_count.EmptyEvaluation`
       instead of reporting metrics over nothing (`eval_count.watch`).

@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from official.modeling import optimization
 
-from tfm_ext.config import input_files
-from tfm_ext.errors import RunFailed
+from tfm_ext.training import input_files
+from tfm_ext.base.errors import RunFailed
 from tfm_ext.training import optimizers
 
 _ATTRIBUTE = "_tfm_ext_eval_count"

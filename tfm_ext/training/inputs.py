@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tensorflow.python.distribute import multi_worker_util  # pylint: disable=g-direct-tensorflow-import
 
-from tfm_ext.run import devices
+from tfm_ext.base import devices
 
 
 def host_input_supported(strategy: tf.distribute.Strategy) -> bool:

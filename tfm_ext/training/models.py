@@ -8,7 +8,7 @@ task can train any registered model:
       return tf_keras.Sequential([...])
 """
 
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 MODELS = registry.Registry("model")
 

@@ -21,14 +21,14 @@ everything else. `registry_imports.py` imports this module for
 `launchers/train.py`; `tfm-ext-train` takes `--registry=tfm_ext.training.ranking`.
 
 With `task.use_synthetic_data=true` the task makes its data and reads no
-`input_path`; the input files are not checked then (`tfm_ext.config.input_files`).
+`input_path`; the input files are not checked then (`tfm_ext.training.input_files`).
 """
 
 from official.core import task_factory
 # Registers TFM's ranking experiments in `exp_factory`.
 from official.recommendation.ranking.configs import config as ranking_config
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 from tfm_ext.training import trainers
 
 SMOKE = ",".join([

@@ -25,7 +25,7 @@ from tensorboard.compat.proto import tensor_shape_pb2
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from tfm_ext.config import _types
+from tfm_ext.base import values
 
 # The names TFM's tasks and `ImageScalarSummaryManager` give images.
 IMAGE_PREFIX = "image/"
@@ -55,20 +55,20 @@ class ScalarSummaryManager(orbit.utils.SummaryManager):
     # `tf.summary.scalar` prefixes tags with the enclosing name scope.
     scope = tf.get_current_name_scope()
     scope = scope + "/" if scope else ""
-    for relative_path, values in scalars.items():
+    for relative_path, tagged in scalars.items():
       if step is None:
         step = int(self._global_step.numpy())
       proto = summary_pb2.Summary(value=[
           summary_pb2.Summary.Value(tag=scope + name,
                                     tensor=_float_tensor(value),
                                     metadata=_SCALAR_METADATA)
-          for name, value in values])
+          for name, value in tagged])
       with self.summary_writer(relative_path).as_default():
         tf.summary.experimental.write_raw_pb(proto.SerializeToString(),
                                              step=step)
-    for relative_path, values in others.items():
+    for relative_path, tagged in others.items():
       with self.summary_writer(relative_path).as_default():
-        for name, value in values.items():
+        for name, value in tagged.items():
           self._write_other(name, value)
 
   def _write_other(self, name: str, value: Any) -> None:
@@ -98,7 +98,7 @@ def _sort_leaves(summary_dict: Mapping[str, Any], relative_path: str,
 
 
 def _is_real_scalar(value: Any) -> bool:
-  if _types.is_a(value, numbers.Real):  # Python and NumPy scalars.
+  if values.is_a(value, numbers.Real):  # Python and NumPy scalars.
     return True
   return (isinstance(value, np.ndarray) and value.ndim == 0
           and np.issubdtype(value.dtype, np.number)

@@ -11,7 +11,7 @@ from official.core import base_trainer
 from official.core import config_definitions
 from official.modeling import hyperparams
 
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 TRAINERS = registry.Registry("trainer")
 DEFAULT_TRAINER = "custom"
@@ -109,8 +109,15 @@ def get_trainer(name: str):
   return TRAINERS.get(name)
 
 
+def _custom_trainer():
+  from tfm_ext.training import custom_trainer  # pylint: disable=g-import-not-at-top
+  return custom_trainer.CustomTrainer
+
+
 register_trainer("tfm_base")(base_trainer.Trainer)
-# The library's own trainer registers itself as "custom" (DEFAULT_TRAINER)
-# when its module loads; loading it here, after everything it needs from
-# this module, makes every lookup see it.
-from tfm_ext.training import custom_trainer  # pylint: disable=g-import-not-at-top,unused-import,wrong-import-position
+# The library's own trainer, the default: its module imports the input,
+# determinism and evaluation modules, and none of them this registry.
+TRAINERS.register_lazily(
+    DEFAULT_TRAINER, _custom_trainer,
+    doc="A `base_trainer.Trainer` whose loop pieces are public, documented "
+        "hooks.")

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN, SMOKE
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
-from tfm_ext.run import failures
+from tfm_ext.base import failures
 
 TRACEBACK = "Traceback (most recent call last)"
 
@@ -394,7 +394,7 @@ def test_bad_training_data_is_exit_3_naming_the_input(launch_forked, tmp_path,
   assert path in line
   assert "Graph execution error" not in line
   if bad in ("corrupt_bytes", "empty_file"):
-    # Found by the input files' check (tfm_ext/config/input_files.py): before
+    # Found by the input files' check (tfm_ext/training/input_files.py): before
     # anything is written.
     assert not os.path.exists(model_dir)
   else:  # Found by TensorFlow in the first step: the log has the traceback.

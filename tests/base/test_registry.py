@@ -3,7 +3,7 @@
 import pytest
 
 import tfm_ext
-from tfm_ext.training import registry
+from tfm_ext.base import registry
 
 
 def test_lookup_of_unknown_name_lists_names_and_suggests_closest():

@@ -6,7 +6,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfm_ext.actions import best_checkpoint
+from tfm_ext.model_dir import best_checkpoints
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def checkpoint():
 
 
 def make(tmp_path, comp="higher", k=2, metric="accuracy"):
-  return best_checkpoint.TopKCheckpointExporter(
+  return best_checkpoints.TopKCheckpointExporter(
       str(tmp_path / "best"), metric_name=metric, metric_comp=comp, k=k)
 
 
@@ -26,7 +26,7 @@ def export(exporter, checkpoint, step, value, key="accuracy"):
 
 
 def manifest(tmp_path):
-  with open(tmp_path / "best" / best_checkpoint.MANIFEST) as f:
+  with open(tmp_path / "best" / best_checkpoints.MANIFEST) as f:
     return json.load(f)
 
 
@@ -95,7 +95,7 @@ def test_missing_metric_is_a_clear_error(tmp_path, checkpoint):
 
 def unranked(tmp_path):
   """The checkpoints in `best/unranked/`, by prefix."""
-  folder = tmp_path / "best" / best_checkpoint.UNRANKED
+  folder = tmp_path / "best" / best_checkpoints.UNRANKED
   return {name.split(".")[0] for name in os.listdir(folder)
           if name.endswith(".index")} if folder.exists() else set()
 
@@ -179,9 +179,9 @@ def test_a_reloaded_manifest_drops_a_nan_entry(tmp_path, checkpoint):
   assert written["checkpoints"][0]["global_step"] == 20
   written["checkpoints"][0]["metrics"]["accuracy"] = float("nan")
   written["checkpoints"][0]["value"] = float("nan")
-  (tmp_path / "best" / best_checkpoint.MANIFEST).write_text(
+  (tmp_path / "best" / best_checkpoints.MANIFEST).write_text(
       json.dumps(written))
-  assert "NaN" in (tmp_path / "best" / best_checkpoint.MANIFEST).read_text()
+  assert "NaN" in (tmp_path / "best" / best_checkpoints.MANIFEST).read_text()
 
   reloaded = make(tmp_path, k=2)
   assert [e["global_step"] for e in reloaded.kept] == [10]
@@ -221,7 +221,7 @@ def test_an_interrupted_exports_orphan_is_removed_not_kept_unranked(
   left = [name for _, _, names in os.walk(tmp_path / "best")
           for name in names]
   assert not [n for n in left if n.startswith("best_ckpt-20")], left
-  assert not (tmp_path / "best" / best_checkpoint.UNRANKED).exists()
+  assert not (tmp_path / "best" / best_checkpoints.UNRANKED).exists()
 
 
 def test_a_reevaluated_checkpoint_is_kept_once(tmp_path, checkpoint):
@@ -258,7 +258,7 @@ def test_a_changed_metric_keeps_the_checkpoints_it_cannot_rank(
   assert unranked(tmp_path) == {"best_ckpt-10", "best_ckpt-20"}
   assert "has no 'auc'" in caplog.text
   restored = tf.train.Checkpoint(v=tf.Variable(0.0))
-  restored.read(str(tmp_path / "best" / best_checkpoint.UNRANKED /
+  restored.read(str(tmp_path / "best" / best_checkpoints.UNRANKED /
                     "best_ckpt-20")).assert_consumed()
   assert restored.v.numpy() == 20.0
   assert export(by_auc, checkpoint, 30, 0.9, key="auc")

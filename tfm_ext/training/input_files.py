@@ -64,8 +64,8 @@ import tensorflow as tf
 
 from official.core import input_reader
 
-from tfm_ext.errors import RunFailed
-from tfm_ext.model_dir import _files
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.model_dir import files
 
 _HEADER_BYTES = 12  # The data's length (uint64) and its masked CRC-32C.
 _FOOTER_BYTES = 4  # The data's masked CRC-32C.
@@ -172,7 +172,7 @@ def matched_files(data) -> List[str]:
 
 def framing(path: str, walk: bool = True) -> Framing:
   """The `Framing` of the file at `path` (walked only if local and `walk`)."""
-  local = _files.local_path(path)
+  local = files.local_path(path)
   if local is None:
     return _look_up(path)
   try:

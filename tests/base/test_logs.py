@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfm_ext.actions import best_checkpoint
-from tfm_ext.actions import console
-from tfm_ext.actions import logs
-from tfm_ext.config import _types
+from tfm_ext.model_dir import best_checkpoints
+from tfm_ext.base import logs
+from tfm_ext.base import values
 
 
 LOGS = {"accuracy": tf.constant(0.75), "steps": 3,
@@ -19,7 +18,7 @@ LOGS = {"accuracy": tf.constant(0.75), "steps": 3,
 
 
 def test_console_and_manifest_keep_the_same_numbers():
-  assert console.scalars(LOGS) == {"accuracy": 0.75, "steps": 3.0,
+  assert logs.scalars(LOGS) == {"accuracy": 0.75, "steps": 3.0,
                                    "coco/AP": 0.25}
   # The manifest keeps the nesting, as TFM's info.json holds it.
   assert logs.scalar_tree(LOGS) == {"accuracy": 0.75, "steps": 3.0,
@@ -27,7 +26,7 @@ def test_console_and_manifest_keep_the_same_numbers():
 
 
 def test_exporter_records_and_names_only_numbers(tmp_path):
-  exporter = best_checkpoint.TopKCheckpointExporter(
+  exporter = best_checkpoints.TopKCheckpointExporter(
       str(tmp_path / "best"), metric_name="coco|done", metric_comp="higher")
   checkpoint = tf.train.Checkpoint(v=tf.Variable(0.0))
   # A bool is no metric: the error lists what can rank.
@@ -48,4 +47,4 @@ def test_leaves_join_keys_and_keep_values_as_they_are():
     (np.float32(1.0), numbers.Real, True), (np.bool_(True), numbers.Real, False),
     ("3", int, False)])
 def test_true_is_no_number(value, kinds, expected):
-  assert _types.is_a(value, kinds) is expected
+  assert values.is_a(value, kinds) is expected

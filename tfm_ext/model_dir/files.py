@@ -36,8 +36,8 @@ import tensorflow as tf
 
 from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
 
-from tfm_ext.config import _types
-from tfm_ext.config import environment
+from tfm_ext.base import values
+from tfm_ext.base import settings
 
 _FILE_SCHEME = "file://"
 _RECORD_SUFFIX = ".json"
@@ -216,7 +216,7 @@ def write_json(path: str, value: Any) -> None:
 # then reads as "File contents are inconsistent" (shorter) or cut short at
 # the old length (longer). A record that reads so is read again, once the
 # cache has aged, before it is taken for damaged.
-STALE_READ_SECONDS = environment.seconds("GCS_STAT_CACHE_MAX_AGE", 5,
+STALE_READ_SECONDS = settings.seconds("GCS_STAT_CACHE_MAX_AGE", 5,
                                          zero=True) + 1
 
 
@@ -362,7 +362,7 @@ def _decode(data: bytes,
     return None, "no " + ", ".join(missing)
   # JSON's true and false are not numbers.
   wrong = [f"{key}={value[key]!r}" for key, kind in types.items()
-           if not _types.is_a(value[key], kind)]
+           if not values.is_a(value[key], kind)]
   if wrong:
     return None, "wrong type: " + ", ".join(wrong)
   return value, ""

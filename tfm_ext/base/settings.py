@@ -14,7 +14,7 @@ import math
 import os
 from typing import Dict
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 _refused: Dict[str, str] = {}
 

@@ -1,7 +1,7 @@
 """The input files' records, checked before a run reads them.
 
 TFRecord files whose framing ends early, or whose header does not match
-its checksum (`tfm_ext.config.input_files`), on real copies of the bundled
+its checksum (`tfm_ext.training.input_files`), on real copies of the bundled
 digits files. What a launched run makes of them:
 tests/e2e/test_empty_and_truncated_data.py.
 """
@@ -17,8 +17,8 @@ from digits_records import cut_copy
 from digits_records import digits_data
 from digits_records import record_offsets
 from digits_records import records_read
-from tfm_ext.config import input_files
-from tfm_ext.errors import RunFailed
+from tfm_ext.training import input_files
+from tfm_ext.base.errors import RunFailed
 
 
 def test_tensorflow_reads_a_file_cut_in_a_header_silently_the_check_refuses(

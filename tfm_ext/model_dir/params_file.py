@@ -7,18 +7,18 @@ A training run writes its operative config as two files in `model_dir`:
   --config_file=model_dir/params.yaml`, a fork that registers our
   experiments);
 * `tfm_ext_params.yaml`: the fields tfm_ext adds to TFM's configs where
-  they lack them (`added_defaults`: `trainer.name`,
+  they lack them (`tfm_ext.config.added_fields`: `trainer.name`,
   `runtime.deterministic`...), which stock TFM would refuse as unknown keys.
 
 `read` merges them back. A `params.yaml` that stock TFM wrote has no such
 file: its added fields read as their defaults, so we resume its `model_dir`
 as we would our own. One that an earlier tfm_ext wrote with the added
 fields inline reads as it is. Both files are written whole through
-`tf.io.gfile` (`_files.write_text`), and read as data: `Loader`, YAML's
+`tf.io.gfile` (`files.write_text`), and read as data: `Loader`, YAML's
 safe loader, which also reads the user's `--config_file` and
 `--params_override` (`tfm_ext.config.params`). A file that is not such data
 (binary, empty, a Python tag, an alias bomb, a key given twice) reads as
-`_files.Damaged`, naming it. A local file that is not a regular file (a
+`files.Damaged`, naming it. A local file that is not a regular file (a
 pipe, `--config_file=<(...)`) is read as a stream, once a process.
 """
 
@@ -33,27 +33,11 @@ import yaml
 
 from official.core import config_definitions
 
-from tfm_ext.model_dir import _files
-from tfm_ext.training import trainers
+from tfm_ext.model_dir import files
 
 PARAMS = "params.yaml"
 ADDED = "tfm_ext_params.yaml"
 SECTIONS = ("trainer", "runtime")
-
-
-# Fields tfm_ext adds to TFM's `RuntimeConfig`: `tfm_ext.training.determinism`'s,
-# whether `mirrored` on one CPU device keeps TFM's one-replica mirror
-# (`tfm_ext.run.strategies.build_strategy`; false: no strategy), and whether the
-# train step compiles with XLA on a CPU (`tfm_ext.run.devices.xla_scope`), and
-# where progress is POSTed (`tfm_ext.actions.notify`).
-RUNTIME_FIELDS = {"deterministic": False, "seed": 0,
-                  "mirror_one_device": True, "xla_on_cpu": False,
-                  "notify_url": ""}
-
-
-def added_defaults() -> Dict[str, Dict[str, Any]]:
-  """`{section: {field: default}}` of every field tfm_ext adds to TFM's."""
-  return {"trainer": trainers.added_fields(), "runtime": RUNTIME_FIELDS}
 
 
 class NotConfig(ValueError):
@@ -170,7 +154,7 @@ def _read_bytes(path: str) -> bytes:
   TensorFlow reads a local file up to the size `stat` gives, which is 0
   for a pipe (`<(...)`, `/dev/stdin`), a FIFO or a character device.
   """
-  local = _files.local_path(path)
+  local = files.local_path(path)
   try:
     regular = local is None or stat.S_ISREG(os.stat(local).st_mode)
   except OSError:
@@ -313,8 +297,8 @@ def write(params: config_definitions.ExperimentConfig, model_dir: str) -> None:
   for section, fields in added.items():
     for name in fields:
       del tree[section][name]
-  _files.write_text(os.path.join(model_dir, PARAMS), dump(tree))
-  _files.write_text(os.path.join(model_dir, ADDED), dump(added))
+  files.write_text(os.path.join(model_dir, PARAMS), dump(tree))
+  files.write_text(os.path.join(model_dir, ADDED), dump(added))
 
 
 def read(path: str, defaults: Optional[Dict[str, Dict[str, Any]]] = None
@@ -327,7 +311,7 @@ def read(path: str, defaults: Optional[Dict[str, Dict[str, Any]]] = None
       has (a `params.yaml` stock TFM wrote).
 
   Raises:
-    _files.Damaged: a file is not a YAML mapping of config fields (see
+    files.Damaged: a file is not a YAML mapping of config fields (see
       `load`), or its `trainer` or `runtime` is not a mapping; the message
       names the file.
   """
@@ -352,9 +336,9 @@ def _load(path: str) -> Dict[str, Any]:
   try:
     tree = read_mapping(path)
   except NotConfig as e:
-    raise _files.Damaged(f"{path} {e}") from e
+    raise files.Damaged(f"{path} {e}") from e
   for section in SECTIONS:
     if not isinstance(tree.get(section, {}), dict):
-      raise _files.Damaged(f"{path} is damaged: its {section} is a "
+      raise files.Damaged(f"{path} is damaged: its {section} is a "
                            f"{type(tree[section]).__name__}, not a mapping")
   return tree

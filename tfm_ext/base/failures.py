@@ -68,15 +68,20 @@ from typing import Callable, Iterator, Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
-from tfm_ext.errors import RunFailed
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import EXIT_DATA
+from tfm_ext.base.errors import EXIT_PREEMPTED
+from tfm_ext.base.errors import EXIT_STORAGE
+from tfm_ext.base.errors import EXIT_USAGE
+from tfm_ext.base.errors import RunFailed
+from tfm_ext.base.errors import UsageError
 
 PHASES = ("config", "model_dir", "build", "restore", "step", "evaluate",
           "save", "export")
-EXIT_USAGE = UsageError.EXIT_CODE
-EXIT_DATA = RunFailed.EXIT_CODE
-EXIT_STORAGE = 4
-EXIT_PREEMPTED = 42
+# Errors after which a rebuilt strategy, task and trainer can go on from the
+# latest checkpoint: a lost peer or an aborted collective (the store not
+# answering says the same). `tfm_ext.run.driver` restarts on them; anything
+# else is a bug or bad data and fails at once.
+TRANSIENT = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 # What the operating system and TensorFlow's file systems say when storage
 # fails under a run (TensorFlow words it as strerror does).
@@ -357,8 +362,7 @@ def classify(error: BaseException) -> Optional[Failure]:
     # TensorFlow's checkpoint reader says a shape or an object does not
     # match in Python: the checkpoint is the user's, not a bug.
     return _does_not_fit(subject, error)
-  if not isinstance(error, tf.errors.OpError) or isinstance(
-      error, (tf.errors.UnavailableError, tf.errors.AbortedError)):
+  if not isinstance(error, tf.errors.OpError) or isinstance(error, TRANSIENT):
     # Raised by Python code: a bug keeps its traceback. So does a peer or
     # collective lost past the in-process restarts (`driver.Recovery`).
     return None
@@ -503,7 +507,7 @@ def report(failure: Failure, error: Optional[BaseException] = None) -> None:
   the absl log is the console, and nothing is written anywhere.
   """
   if error is not None and _run.log_file:
-    # INFO: the log file's, not the console's (`console.log_to_files`).
+    # INFO: the log file's, not the console's (`log_files.log_to_files`).
     logging.info("%s (%s)", failure.message, type(error).__name__,
                  exc_info=(type(error), error, error.__traceback__))
   _run.reported = failure

@@ -5,8 +5,9 @@ import tensorflow as tf
 
 from official.core import config_definitions
 
-from tfm_ext.config import params_file
-from tfm_ext.run import devices
+from tfm_ext.model_dir import params_file
+from tfm_ext.base import devices
+from tfm_ext.config import added_fields
 
 GPUS = ["/job:localhost/replica:0/task:0/device:GPU:0",
         "/job:localhost/replica:0/task:0/device:GPU:1"]
@@ -17,7 +18,7 @@ CPUS = CPU + ["/job:localhost/replica:0/task:0/device:CPU:1"]
 def _runtime(**fields):
   runtime = config_definitions.RuntimeConfig()
   runtime.override(
-      dict(params_file.RUNTIME_FIELDS, **fields), is_strict=False)
+      dict(added_fields.RUNTIME_FIELDS, **fields), is_strict=False)
   return runtime
 
 

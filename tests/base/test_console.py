@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfm_ext.actions import console
+from tfm_ext.base import console
+from tfm_ext.base.logs import scalars
 
 
 def test_steady_examples_per_second_span_every_loop_after_the_first():
@@ -136,7 +137,7 @@ def test_nested_logs_keep_their_path_and_drop_what_is_not_a_scalar():
   logs = {"training_loss": tf.constant(0.5),
           "coco": {"AP": np.float32(0.25), "image": tf.zeros([2, 2])},
           "lvis": {"AP": 0.125}}
-  assert console.scalars(logs) == {"training_loss": 0.5, "coco/AP": 0.25,
+  assert scalars(logs) == {"training_loss": 0.5, "coco/AP": 0.25,
                                    "lvis/AP": 0.125}
 
 

@@ -8,7 +8,7 @@ models live here, one `Registry` each (see `tfm_ext.training.trainers` and
 import difflib
 from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 
-from tfm_ext.errors import UsageError
+from tfm_ext.base.errors import UsageError
 
 T = TypeVar("T")
 

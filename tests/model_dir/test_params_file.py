@@ -14,11 +14,12 @@ from official.modeling import hyperparams
 
 from tfm_ext.config import config_drift
 from tfm_ext.config import params as params_lib
-from tfm_ext.config import params_file
-from tfm_ext.errors import UsageError
+from tfm_ext.model_dir import params_file
+from tfm_ext.base.errors import UsageError
 
 from conftest import REPO
 from imagenet_fixtures import imagenet_dir  # pylint: disable=unused-import
+from tfm_ext.config import added_fields
 
 
 def _ours(experiment, override=""):
@@ -119,8 +120,8 @@ def test_added_fields_an_earlier_version_wrote_inline_read_as_they_are(
   path = tmp_path / "params.yaml"  # No tfm_ext_params.yaml beside it.
   path.write_text("trainer:\n  name: tfm_base\n  train_steps: 7\n"
                   "runtime:\n  deterministic: true\n")
-  tree = params_file.read(str(path), params_file.added_defaults())
+  tree = params_file.read(str(path), added_fields.defaults())
   assert tree["trainer"]["name"] == "tfm_base"
   assert tree["runtime"]["deterministic"] is True
   # A field neither wrote: its default.
-  assert tree["runtime"]["seed"] == params_file.RUNTIME_FIELDS["seed"]
+  assert tree["runtime"]["seed"] == added_fields.RUNTIME_FIELDS["seed"]

@@ -22,11 +22,15 @@ manifest held, are moved to `unranked/` (kept, out of the ranking), as are
 recorded checkpoints this run cannot rank (a NaN value, no value for a
 changed metric, beyond a smaller k). Every file goes through
 `tf.io.gfile`, so `model_dir` may be a bucket.
+
+The exporter ranks; the functions before it read and write the directory's
+files (the manifest, TFM's `info.json`, the `checkpoint` state file) and
+tidy what a crash left, deciding nothing.
 """
 
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -34,14 +38,120 @@ import tensorflow as tf
 from official.core import config_definitions
 from official.core import train_utils
 
-from tfm_ext.actions import logs
-from tfm_ext.model_dir import _best_checkpoint_files as files
-from tfm_ext.model_dir import _files
+from tfm_ext.base import logs
+from tfm_ext.base import values
+from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.model_dir import files
 
-MANIFEST = files.MANIFEST
-INFO = files.INFO
-PREFIX = files.PREFIX
-UNRANKED = files.UNRANKED
+MANIFEST = "best_checkpoints.json"
+INFO = "info.json"  # TFM's record of the best checkpoint.
+PREFIX = "best_ckpt"
+# Where the checkpoints go that the exporter keeps but cannot rank.
+UNRANKED = "unranked"
+
+
+def read_manifest(directory: str) -> Dict[str, Any]:
+  """The manifest in `directory`, its entries checked.
+
+  Raises:
+    files.Damaged: it does not read as a manifest.
+    tf.errors.NotFoundError: there is none.
+  """
+  path = os.path.join(directory, MANIFEST)
+  manifest = files.read_object(path, {"checkpoints": list})
+  for entry in manifest["checkpoints"]:
+    if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+            and values.is_a(entry.get("global_step"), int)):
+      raise files.Damaged(f"{path} is damaged: an entry without a path "
+                           f"and a global_step: {entry!r:.80}")
+    if not files.in_directory(directory, entry["path"]):
+      raise files.Damaged(f"{path} is damaged: it names {entry['path']!r}, "
+                           "outside its directory (another run's files)")
+  return manifest
+
+
+def write_manifest(directory: str, header: Mapping[str, Any],
+          entries: List[Dict[str, Any]]) -> None:
+  """Writes the manifest (`header` and `entries`, best first), then TFM's
+  `info.json` and the state file for the best entry, if any."""
+  files.write_json(os.path.join(directory, MANIFEST),
+                    {**header, "checkpoints": entries})
+  if not entries:
+    return
+  best = entries[0]
+  files.write_json(os.path.join(directory, INFO), {
+      **best["metrics"], "best_ckpt_global_step": float(best["global_step"])})
+  others = sorted(entries[1:], key=lambda e: e["global_step"])
+  checkpoint_state.write_state(
+      directory, [os.path.join(directory, e["path"]) for e in others + [best]])
+
+
+def read_tfm_best(directory: str
+                  ) -> Optional[Tuple[str, int, Dict[str, Any]]]:
+  """`(checkpoint name, step, metrics)` of the best checkpoint that the
+  state file and TFM's `info.json` record, or None (warning if the info is
+  damaged)."""
+  latest = checkpoint_state.latest(directory)
+  info = os.path.join(directory, INFO)
+  if not (latest and tf.io.gfile.exists(info)):
+    return None
+  try:
+    metrics = files.read_object(info,
+                                 {"best_ckpt_global_step": (int, float)})
+  except files.Damaged as e:
+    logging.warning("%s: no best checkpoint to adopt from it.", e)
+    return None
+  step = int(metrics.pop("best_ckpt_global_step"))
+  return os.path.basename(latest), step, metrics
+
+
+def complete_entries(directory: str,
+             entries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """The entries whose checkpoint files are there."""
+  return [e for e in entries
+          if tf.io.gfile.exists(os.path.join(directory, e["path"]) + ".index")]
+
+
+def tidy(directory: str, named: Callable[[str], bool],
+         kept: Callable[[str], bool]) -> Tuple[List[str], List[str]]:
+  """Clears what the manifest does not name; returns `(removed, moved)`.
+
+  Temp files go, and so do the files of a checkpoint (by its name, as
+  `best_ckpt-500`) that is not `named`, unless it is to be `kept`: those
+  move to `unranked/`.
+  """
+  removed, moved = [], []
+  for name in sorted(tf.io.gfile.listdir(directory)):
+    name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
+    stem = name.split(".")[0]
+    orphan = stem.startswith(PREFIX) and not named(stem)
+    # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
+    temp = ".tmp" in name or "_temp" in name
+    target = os.path.join(directory, name)
+    if orphan and kept(stem) and not temp:
+      tf.io.gfile.makedirs(os.path.join(directory, UNRANKED))
+      tf.io.gfile.rename(target, os.path.join(directory, UNRANKED, name),
+                         overwrite=True)
+      moved.append(name)
+    elif orphan or temp:
+      removed.append(name)
+      if tf.io.gfile.isdir(target):
+        tf.io.gfile.rmtree(target)
+      else:
+        tf.io.gfile.remove(target)
+  return removed, moved
+
+
+def delete_checkpoint(prefix: str, directory: str) -> None:
+  """Deletes the files of the checkpoint at `prefix`, one of `directory`'s.
+
+  Raises:
+    ValueError: `prefix` is not in `directory` (a bug: nothing is deleted).
+  """
+  if not files.in_directory(directory, prefix):
+    raise ValueError(f"{prefix} is not in {directory}: not deleted.")
+  for path in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.remove(path)
 
 
 def maybe_create(params: config_definitions.ExperimentConfig,
@@ -69,7 +179,7 @@ def best_of(model_dir: str, trainer_config) -> Dict[str, Any]:
     return {}
   directory = os.path.join(model_dir, subdir)
   try:
-    manifest = files.read_manifest(directory)
+    manifest = read_manifest(directory)
   except (tf.errors.OpError, ValueError):
     return {}
   if not manifest["checkpoints"]:
@@ -104,7 +214,7 @@ class TopKCheckpointExporter:
     self._comp = metric_comp
     self._k = k
     tf.io.gfile.makedirs(export_dir)
-    self._damage: Optional[_files.Damaged] = None
+    self._damage: Optional[files.Damaged] = None
     # Checkpoints on record that this run cannot rank (a NaN value, or no
     # value for its metric): `repair` moves them to `unranked/`.
     self._unrankable: Dict[str, str] = {}
@@ -136,7 +246,7 @@ class TopKCheckpointExporter:
     # Another evaluator may have kept a better one while this one wrote.
     self._refresh()
     if not self._ranks_in(step, value):
-      files.delete_checkpoint(path, self._dir)
+      delete_checkpoint(path, self._dir)
       return False
     entry = {"path": os.path.basename(path), "global_step": step,
              "value": value, "metrics": metrics}
@@ -144,7 +254,7 @@ class TopKCheckpointExporter:
     kept, evicted = entries[:self._k], entries[self._k:]
     self._commit(kept)
     for old in evicted:
-      files.delete_checkpoint(os.path.join(self._dir, old["path"]),
+      delete_checkpoint(os.path.join(self._dir, old["path"]),
                               self._dir)
     return True
 
@@ -166,8 +276,8 @@ class TopKCheckpointExporter:
     does not read keeps the list this exporter holds.
     """
     try:
-      manifest = files.read_manifest(self._dir)
-    except (_files.Damaged, tf.errors.NotFoundError):
+      manifest = read_manifest(self._dir)
+    except (files.Damaged, tf.errors.NotFoundError):
       return
     self._entries = self._ranked(manifest)[:self._k]
 
@@ -196,11 +306,11 @@ class TopKCheckpointExporter:
     manifest, `info.json` and the state file from what remains. Says what
     it removed, and why, in one warning.
     """
-    complete = files.complete(self._dir, self._entries)
+    complete = complete_entries(self._dir, self._entries)
     named = {e["path"] for e in complete}
     # A complete checkpoint whose value only a damaged manifest held, or
     # one this run cannot rank: out of the ranking, but kept.
-    removed, moved = files.tidy(
+    removed, moved = tidy(
         self._dir, named=named.__contains__,
         kept=lambda stem: bool(self._damage) or stem in self._unrankable)
     if self._damage:
@@ -224,7 +334,7 @@ class TopKCheckpointExporter:
     self._damage = None
 
   def _commit(self, entries: List[Dict[str, Any]]) -> None:
-    files.write(self._dir, {"metric": self._metric_name, "comp": self._comp,
+    write_manifest(self._dir, {"metric": self._metric_name, "comp": self._comp,
                             "k": self._k}, entries)
     self._entries = entries
 
@@ -232,8 +342,8 @@ class TopKCheckpointExporter:
     if not tf.io.gfile.exists(os.path.join(self._dir, MANIFEST)):
       return self._adopt_tfm_export()
     try:
-      manifest = files.read_manifest(self._dir)
-    except _files.Damaged as e:
+      manifest = read_manifest(self._dir)
+    except files.Damaged as e:
       self._damage = e  # `repair` says what it kept.
       return self._adopt_tfm_export()
     if (manifest.get("metric"), manifest.get("comp")) != (self._metric_name,
@@ -264,7 +374,7 @@ class TopKCheckpointExporter:
     checkpoint state file names the best checkpoint, and TFM's `info.json`
     holds its metrics.
     """
-    best = files.read_tfm_best(self._dir)
+    best = read_tfm_best(self._dir)
     if best is None:
       return []
     name, step, metrics = best
