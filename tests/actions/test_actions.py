@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import tfm_ext
-from tfm_ext import actions
 from tfm_ext.base.errors import RunFailed
 from tfm_ext.base.errors import UsageError
 from tfm_ext.run import preemption
 
 from conftest import DOUBLES_TRAIN, SMOKE
+from tfm_ext.actions import guard as guard_lib
 
 # Registration is process-wide: the factories stay out of every other run.
 RECORDING = {"enabled": False, "train": [], "eval": [], "contexts": []}
@@ -138,7 +138,7 @@ def test_a_required_action_that_raises_saves_and_fails_with_exit_3(
 
 def test_deliberate_outcomes_pass_through_the_guard():
   step = tf.Variable(7, dtype=tf.int64)
-  guard = actions.Guard(global_step=lambda: int(step.numpy()))
+  guard = guard_lib.Guard(global_step=lambda: int(step.numpy()))
 
   def raising(error):
     def action(output):

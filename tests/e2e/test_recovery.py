@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfm_ext import actions
 from tfm_ext.base.errors import RunFailed
 
 from conftest import numeric_tensors
+from tfm_ext.actions import divergence
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def weights(tmp_path):
 
 
 def _recovery(step, manager=None, **kwargs):
-  return actions.DivergenceRecovery(
+  return divergence.DivergenceRecovery(
       loss_name="training_loss", global_step=step,
       start_step=int(step.numpy()), input_in_checkpoint=True,
       checkpoint_manager=manager, **kwargs)

@@ -20,6 +20,7 @@ from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.model_dir import eval_ledger
+from tfm_ext.base import settings
 
 STEPS = (10, 20, 30)
 VALUE = "v/.ATTRIBUTES/VARIABLE_VALUE"
@@ -211,10 +212,10 @@ def test_a_claim_no_longer_renewed_is_taken_over_a_renewed_one_is_not(
                                   sleep=clock.sleep)
   assert first.acquire(path)
   assert not second.acquire(path)
-  clock.now += eval_claims.STALE_CLAIM_SECONDS - 1
+  clock.now += settings.get().claim_stale_seconds - 1
   first._write("ckpt-10", renewals=1)  # pylint: disable=protected-access
   assert not second.acquire(path)  # Renewed: seen anew.
-  clock.now += eval_claims.STALE_CLAIM_SECONDS + 1
+  clock.now += settings.get().claim_stale_seconds + 1
   with caplog.at_level(std_logging.WARNING):
     assert second.acquire(path)
   assert ("Taking over the claim on ckpt-10 of evaluator a: not renewed for "
@@ -263,7 +264,7 @@ def taken_over(model_dir):
                     for owner in "ab")
   assert stalled.acquire(path)
   assert not other.acquire(path)
-  clock.now += eval_claims.STALE_CLAIM_SECONDS + 1
+  clock.now += settings.get().claim_stale_seconds + 1
   assert other.acquire(path)
   return stalled, path
 
@@ -282,7 +283,8 @@ def test_release_leaves_the_claim_of_the_evaluator_that_took_it_over(
 
 def test_a_stalled_evaluators_renewals_leave_the_claim_that_replaced_it(
     tmp_path, monkeypatch):
-  monkeypatch.setattr(eval_claims, "CLAIM_RENEW_SECONDS", 0.02)
+  monkeypatch.setattr(settings, "_current",
+                      settings.get().replace(claim_renew_seconds=0.02))
   stalled, path = taken_over(tmp_path)
   with stalled.renewed(path):  # It wakes up and evaluates on.
     time.sleep(0.3)  # Many renewal periods.

@@ -13,6 +13,7 @@ import time
 
 from conftest import REPO
 from tfm_ext.model_dir import eval_claims
+from tfm_ext.base import settings
 
 
 def claims_of(model_dir):
@@ -37,7 +38,8 @@ def test_a_batch_of_claims_settles_once_and_skips_live_claims(tmp_path):
 
 
 def test_a_released_claim_is_not_renewed_back(tmp_path, monkeypatch):
-  monkeypatch.setattr(eval_claims, "CLAIM_RENEW_SECONDS", 0.02)
+  monkeypatch.setattr(settings, "_current",
+                      settings.get().replace(claim_renew_seconds=0.02))
   model_dir = str(tmp_path)
   claims = eval_claims.Claims(model_dir, owner="a", sleep=lambda _: None)
   paths = claims.acquire_each([f"{model_dir}/ckpt-10", f"{model_dir}/ckpt-20"])

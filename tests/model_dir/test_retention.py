@@ -20,6 +20,7 @@ from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.run import continuous_eval
 from tfm_ext.model_dir import eval_ledger
+from tfm_ext.base import settings
 
 
 def test_a_live_evaluator_keeps_what_it_has_not_recorded_up_to_a_bound(
@@ -111,10 +112,10 @@ def test_another_hosts_evaluator_lives_while_its_beats_change_whatever_the_clock
     tmp_path, heartbeat):
   # Its wall clock (the heartbeat's time) is never compared with ours: a
   # reader judges by its beat counter, seen unchanged on its own monotonic
-  # clock for PRESENCE_STALE_SECONDS.
+  # clock for evaluator_stale_seconds.
   model_dir, now = str(tmp_path), [100.0]
   seen = claim.Unchanged(lambda: now[0])
-  stale = eval_claims.PRESENCE_STALE_SECONDS
+  stale = settings.get().evaluator_stale_seconds
   _present(model_dir, heartbeat=heartbeat)
   assert len(eval_claims.live_evaluators(model_dir, seen)) == 1  # First seen.
   now[0] += stale - 1

@@ -130,10 +130,6 @@ class TrainProgress:
 # Weight of the latest loop in the ex/s of the progress line.
 SMOOTHING = 0.3
 
-# A training loop longer than this says where it is, this often.
-LOOP_PROGRESS_SECONDS = settings.seconds("TFM_EXT_LOOP_PROGRESS_SECONDS",
-                                            30.0, zero=True)
-
 
 class LoopTicker:
   """Prints `step N/T | in loop | X ex/s | ETA h:mm:ss` inside a long loop.
@@ -141,7 +137,8 @@ class LoopTicker:
   TFM's ImageNet configs run thousands of steps a loop: the loop's line
   (`TrainProgress`) comes once in many minutes. `around(train)` wraps the
   trainer's `train(num_steps)`: while a loop runs, a thread of the host
-  reads the global step every `every_seconds` (0: never) and prints the
+  reads the global step every `every_seconds` (0: never; by default
+  `loop_progress_seconds`, `tfm_ext.base.settings`) and prints the
   rate and the time left since the loop began. The step's own work is not
   touched: a read of one variable every 30 s. Where a loop runs on a
   device that answers only at its end (a TPU), the thread waits with it
@@ -149,13 +146,14 @@ class LoopTicker:
   """
 
   def __init__(self, *, global_step, total_steps: int, global_batch_size: int,
-               every_seconds: float = LOOP_PROGRESS_SECONDS,
+               every_seconds: Optional[float] = None,
                clock: Callable[[], float] = time.monotonic,
                stream: Optional[TextIO] = None):
     self._global_step = global_step
     self._total_steps = total_steps
     self._batch = global_batch_size
-    self._every = every_seconds
+    self._every = (settings.get().loop_progress_seconds
+                   if every_seconds is None else every_seconds)
     self._clock = clock
     self._stream = stream or sys.stdout
     self.lines = 0

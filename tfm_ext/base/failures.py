@@ -229,6 +229,10 @@ class Failure:
   kind: str = "error"
   refusal: bool = True
 
+  def line(self) -> str:
+    """`kind: message`, as the console shows every failure."""
+    return f"{self.kind}: {self.message}"
+
 
 def tf_reason(error: BaseException) -> str:
   """TensorFlow's own reason for `error`, without its graph trace.
@@ -291,7 +295,13 @@ def storage_fault(error: BaseException) -> bool:
 
 
 def classify(error: BaseException) -> Optional[Failure]:
-  """The `Failure` that `error` is, or None for a bug (see the module)."""
+  """The `Failure` that `error` is, or None for a bug (see the module).
+
+  The rows of the module's table, in order: what explains it (a lost
+  lease), what a check raised on purpose, storage and memory, the user's
+  input (model_dir, config, checkpoint, deterministic mode), then an op's
+  error by the op that raised it.
+  """
   if not isinstance(error, (UsageError, KeyboardInterrupt)):
     for model_dir, explain in list(_run.explanations):
       if model_dir and model_dir != _run.model_dir:
@@ -300,6 +310,13 @@ def classify(error: BaseException) -> Optional[Failure]:
       if explained is not None:
         return classify(explained)
   name, subject = phase_of(error)
+  return (_declared(error) or _storage_or_memory(error, name, subject)
+          or _users_input(error, name, subject)
+          or _op_failed(error, name, subject))
+
+
+def _declared(error: BaseException) -> Optional[Failure]:
+  """What a check raised on purpose, and a second signal."""
   if isinstance(error, UsageError):
     return Failure(EXIT_USAGE, _without_gin_frames(str(error)),
                    refusal=getattr(error, "refusal", True))
@@ -307,6 +324,12 @@ def classify(error: BaseException) -> Optional[Failure]:
     return Failure(EXIT_PREEMPTED, _aborted(error), kind="aborted")
   if isinstance(error, RunFailed):
     return Failure(EXIT_DATA, _sentences(str(error), _last_checkpoint()))
+  return None
+
+
+def _storage_or_memory(error: BaseException, name: str,
+                       subject: str) -> Optional[Failure]:
+  """Storage that failed under the run, or memory that ran out."""
   if storage_fault(error):
     where = subject or (_run.model_dir if name != "config" else "") or (
         "a config file or input")
@@ -326,6 +349,13 @@ def classify(error: BaseException) -> Optional[Failure]:
         f"{tf_reason(error)}.", _last_checkpoint(), "Lower the global batch "
         f"({_batch_field(name)}) or the model's size, or free the device's "
         "memory, then relaunch the same command to resume."))
+  return None
+
+
+def _users_input(error: BaseException, name: str,
+                 subject: str) -> Optional[Failure]:
+  """A file of the model_dir, a config file, a value or a checkpoint of the
+  user's that the run cannot take, or the deterministic mode it chose."""
   record = _model_dir_file(error) if name != "restore" else ""
   if record:
     return Failure(EXIT_USAGE, _sentences(
@@ -362,6 +392,13 @@ def classify(error: BaseException) -> Optional[Failure]:
     # TensorFlow's checkpoint reader says a shape or an object does not
     # match in Python: the checkpoint is the user's, not a bug.
     return _does_not_fit(subject, error)
+  return None
+
+
+def _op_failed(error: BaseException, name: str,
+               subject: str) -> Optional[Failure]:
+  """An error TensorFlow's runtime raised: the checkpoint's, the data's, or
+  (None) a kernel of the model's; anything else raised is a bug (None)."""
   if not isinstance(error, tf.errors.OpError) or isinstance(error, TRANSIENT):
     # Raised by Python code: a bug keeps its traceback. So does a peer or
     # collective lost past the in-process restarts (`driver.Recovery`).
@@ -511,7 +548,7 @@ def report(failure: Failure, error: Optional[BaseException] = None) -> None:
     logging.info("%s (%s)", failure.message, type(error).__name__,
                  exc_info=(type(error), error, error.__traceback__))
   _run.reported = failure
-  print(f"{failure.kind}: {failure.message}", file=sys.stderr, flush=True)
+  print(failure.line(), file=sys.stderr, flush=True)
 
 
 def last_reported() -> Optional[Failure]:

@@ -225,16 +225,7 @@ def build(sources: ConfigSources,
   _add_missing_fields(params)
   trained = None
   if follow:
-    where = (f"The trainer's config {follow!r} (for --experiment="
-             f"{sources.experiment})")
-    try:
-      saved = params_file.read(follow)
-    except ValueError as e:  # _files.Damaged, naming the file.
-      raise UsageError(f"{e}: an evaluator cannot follow the trainer's "
-                       f"config (for --experiment={sources.experiment}). "
-                       "Restore the file, or evaluate in another "
-                       "--model_dir.") from e
-    params = _override(params, saved, where)
+    params = _followed(params, follow, sources.experiment)
     trained = params.as_dict()
 
   for path in sources.config_files:
@@ -272,6 +263,18 @@ def build(sources: ConfigSources,
     raise UsageError(f"The experiment config is invalid: {e}") from e
   params.lock()
   return params
+
+
+def _followed(params, follow: str, experiment: str):
+  """`params` overridden by the trainer's `params.yaml` at `follow`."""
+  where = f"The trainer's config {follow!r} (for --experiment={experiment})"
+  try:
+    saved = params_file.read(follow)
+  except ValueError as e:  # files.Damaged, naming the file.
+    raise UsageError(f"{e}: an evaluator cannot follow the trainer's "
+                     f"config (for --experiment={experiment}). Restore the "
+                     "file, or evaluate in another --model_dir.") from e
+  return _override(params, saved, where)
 
 
 def _check_one_ofs(config, path: str = "") -> None:

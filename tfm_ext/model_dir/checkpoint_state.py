@@ -175,12 +175,24 @@ def repair(model_dir: str, *, write: bool = True,
         "the directory to train from scratch.")
   if listed is not None and not skipped:
     return chosen  # The usual case: the state file names a readable latest.
+  kept = _rewrite_state(model_dir, candidates, chosen, skipped, listed,
+                        damage, read_tensors)
+  if write:
+    write_state(model_dir, kept + [chosen])
+  return chosen
+
+
+def _rewrite_state(model_dir: str, candidates: List[str], chosen: str,
+                   skipped, listed, damage, read_tensors: bool) -> List[str]:
+  """The checkpoints older than `chosen` the rewritten state file keeps,
+  said in one warning with what was skipped and why."""
+  state_path = os.path.join(model_dir, STATE_FILE)
   kept = [p for p in candidates if step_of(p) < step_of(chosen)]
   if listed is None:
     # Files no state file listed: only those that look whole are managed.
     found = [(p, unreadable(p, read_tensors=False)) for p in kept]
     kept = [p for p, why in found if why is None]
-    skipped += [(p, why) for p, why in found if why is not None]
+    skipped = skipped + [(p, why) for p, why in found if why is not None]
     head = (f"The checkpoint state file {state_path} "
             f"{'was missing' if damage is None else f'is damaged ({damage})'}"
             f"; rebuilt it from the {PREFIX}-* files")
@@ -194,9 +206,7 @@ def repair(model_dir: str, *, write: bool = True,
                 "they are: a run that reaches their step again saves over "
                 "them")
   logging.warning("%s.", message)
-  if write:
-    write_state(model_dir, kept + [chosen])
-  return chosen
+  return kept
 
 
 def _newest_readable(candidates: List[str], restore: Optional[Restore],

@@ -11,7 +11,7 @@ A lost claim is fenced: each claim an evaluator wins carries a token of its
 own, and before each write of the checkpoint's evaluation (its best
 checkpoint, its summaries, its record) the evaluator reads the claim back
 and finds its owner and that token (`holds`, `check`). An evaluator that
-was suspended (SIGSTOP, a paused VM) longer than `STALE_CLAIM_SECONDS`
+was suspended (SIGSTOP, a paused VM) longer than `claim_stale_seconds` (`tfm_ext.base.settings`)
 while evaluating, whose claim another evaluator took over, then recorded
 and maybe released, finds another owner, another token, or no claim at
 all, and writes nothing more of it (`ClaimLost`); nor does it renew a claim
@@ -24,17 +24,17 @@ has no conditional write to close it.
 An evaluator is also present on the model_dir from its start, before it
 waits for its trainer or builds anything (`announce`), until its loop ends
 (`announced`): `model_dir/evaluators/<owner>.json`, its heartbeat rewritten
-every `PRESENCE_HEARTBEAT_SECONDS`, removed when it stops (one killed, or
+every `evaluator_heartbeat_seconds`, removed when it stops (one killed, or
 stopped by a signal before its loop, leaves it: its heartbeat ages). The
 trainer reads it (`live_evaluators`) to keep the checkpoints a live
 evaluator has not evaluated yet (`tfm_ext.model_dir.retention`). A
 presence is live by the trainer lease's rule
 (`tfm_ext.model_dir.claim.Judge`): on the reader's machine,
 its process runs (whatever the clocks say); elsewhere, or stopped, its beat
-counter changed within `PRESENCE_STALE_SECONDS` of the reader's monotonic
+counter changed within `evaluator_stale_seconds` of the reader's monotonic
 clock (`claim.Unchanged`; no clocks are compared). A trainer reads presences
 once a save: a record it reads for the first time is live, and one its
-next save finds unchanged after more than `PRESENCE_STALE_SECONDS` is gone
+next save finds unchanged after more than `evaluator_stale_seconds` is gone
 (an evaluator killed on another host keeps checkpoints for one save
 interval at most). Each rewrite has the same length (padded): TensorFlow's
 GCS client caches an object's length, and another process reads a record of
@@ -67,10 +67,9 @@ CLAIMS = "eval_claims"
 # A claim is written, then read back this much later: longer than any
 # evaluator takes from reading a claim to writing its own (see `Claims`).
 CLAIM_SETTLE_SECONDS = 1.0
-# An evaluator rewrites its claim this often while it evaluates; a claim
-# that has not changed for STALE_CLAIM_SECONDS is its dead evaluator's.
-CLAIM_RENEW_SECONDS = settings.seconds("TFM_EXT_CLAIM_RENEW_SECONDS", 5)
-STALE_CLAIM_SECONDS = settings.seconds("TFM_EXT_CLAIM_STALE_SECONDS", 30)
+# An evaluator rewrites its claim every `claim_renew_seconds` while it
+# evaluates; a claim that has not changed for `claim_stale_seconds` is its
+# dead evaluator's (`tfm_ext.base.settings`).
 # One id per process: an evaluator rebuilt in the same process (an
 # in-process restart) takes its own claims back at once.
 _process_owner = ("", -1)
@@ -92,10 +91,6 @@ def process_owner() -> str:
   return owner
 
 PRESENCE = "evaluators"
-PRESENCE_HEARTBEAT_SECONDS = settings.seconds(
-    "TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS", 5)
-PRESENCE_STALE_SECONDS = settings.seconds(
-    "TFM_EXT_EVALUATOR_STALE_SECONDS", 30)
 # Every presence record is padded to this many bytes (see the module).
 _PRESENCE_BYTES = 1024
 # The presence records of this process, by path.
@@ -121,7 +116,7 @@ class Claims:
   Two that both found none wrote within the settle time of each other, so
   each reads back the later one's, and only that one goes on. A winner
   renews its claim while it evaluates (`renewed`); a claim seen unchanged
-  for `STALE_CLAIM_SECONDS` on this evaluator's clock (no two machines'
+  for `claim_stale_seconds` on this evaluator's clock (no two machines'
   clocks are compared: `claim.Unchanged`), or on this machine one whose
   process is gone, is taken over. A claim is this evaluator's while the
   file holds its owner and the token of its last win (`holds`).
@@ -137,7 +132,7 @@ class Claims:
     # Another's claim is stale once seen unchanged so long on `clock`.
     self._unchanged = claim.Unchanged(clock)
     self._me = claim.Process.this()
-    self._judge = claim.Judge(STALE_CLAIM_SECONDS, me=self._me,
+    self._judge = claim.Judge(settings.get().claim_stale_seconds, me=self._me,
                               stale_reason="not renewed for {age:.0f} s")
     # Checkpoint -> the token of this evaluator's latest claim on it.
     self._tokens: Dict[str, str] = {}
@@ -197,7 +192,7 @@ class Claims:
 
   @contextlib.contextmanager
   def renewed(self, *checkpoint_paths: str) -> Iterator[None]:
-    """Renews each claim every `CLAIM_RENEW_SECONDS` while the block runs.
+    """Renews each claim every `claim_renew_seconds` while the block runs.
 
     Or until it is released (`release`) or found no longer this
     evaluator's: one taken over while this one stalled (and maybe released
@@ -207,7 +202,7 @@ class Claims:
     for name in names:
       record = self._record(name)
       record.start_heartbeat(
-          CLAIM_RENEW_SECONDS,
+          settings.get().claim_renew_seconds,
           ours=lambda name=name: self._ours(name, self._read(name)),
           name=f"claim {name}", failed=f"Could not renew the claim on {name}")
       self._renewing[name] = record
@@ -288,7 +283,7 @@ class _Presence:
     tf.io.gfile.makedirs(os.path.dirname(self.path))
     self.record.write()
     self.record.start_heartbeat(
-        PRESENCE_HEARTBEAT_SECONDS, name="presence",
+        settings.get().evaluator_heartbeat_seconds, name="presence",
         failed=f"Could not renew this evaluator's presence {self.path}")
 
   def end(self, tidy: bool = False) -> None:
@@ -303,7 +298,7 @@ class _Presence:
     except tf.errors.OpError as e:
       logging.warning("Could not remove this evaluator's presence %s (a "
                       "trainer takes it for gone once its heartbeat is %.0f s "
-                      "old): %s", self.path, PRESENCE_STALE_SECONDS,
+                      "old): %s", self.path, settings.get().evaluator_stale_seconds,
                       str(e).splitlines()[0])
     for directory in self._made if tidy else ():
       try:
@@ -347,7 +342,7 @@ def announced(model_dir: str, owner: Optional[str] = None) -> Iterator[None]:
 
   Writes its presence record before the block (or takes over the one
   `announce` wrote), rewrites its heartbeat every
-  `PRESENCE_HEARTBEAT_SECONDS`, removes it after. Re-entrant: a block
+  `evaluator_heartbeat_seconds`, removes it after. Re-entrant: a block
   inside another of the same process and model_dir adds nothing.
   """
   path = _presence_path(model_dir, owner)
@@ -407,7 +402,7 @@ def live_evaluators(model_dir: str,
   except tf.errors.NotFoundError:
     return []
   seen = _seen_here if seen is None else seen
-  judge = claim.Judge(PRESENCE_STALE_SECONDS)
+  judge = claim.Judge(settings.get().evaluator_stale_seconds)
   live = []
   for name in sorted(names):
     if not name.endswith(".json"):

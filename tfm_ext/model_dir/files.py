@@ -216,8 +216,6 @@ def write_json(path: str, value: Any) -> None:
 # then reads as "File contents are inconsistent" (shorter) or cut short at
 # the old length (longer). A record that reads so is read again, once the
 # cache has aged, before it is taken for damaged.
-STALE_READ_SECONDS = settings.seconds("GCS_STAT_CACHE_MAX_AGE", 5,
-                                         zero=True) + 1
 
 
 def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
@@ -225,7 +223,7 @@ def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
   """The bytes at `path`, read again while a store's cache may be stale.
 
   On an object store, a read that raises TensorFlow's `InternalError`, or
-  whose bytes `whole` rejects, is retried until `STALE_READ_SECONDS` have
+  whose bytes `whole` rejects, is retried until `settings.stale_read_seconds` have
   passed; the last read is returned (or raises). A local path is read once.
   """
   deadline = None
@@ -239,7 +237,8 @@ def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
       if local_path(path) is not None:
         raise
       data = None
-    deadline = deadline or time.monotonic() + STALE_READ_SECONDS
+    deadline = deadline or (time.monotonic()
+                            + settings.get().stale_read_seconds)
     if time.monotonic() > deadline:
       if data is None:
         with tf.io.gfile.GFile(path, "rb") as f:  # Raises what it raises.

@@ -99,8 +99,9 @@ at a check, a beat, or `release`), whatever the run raises is `LeaseLost`,
 exit 2 and one line; the original error and its traceback go to the log.
 
 The heartbeat and staleness may be set by the environment
-(`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`), for
-tests and for clusters whose hosts' clocks or pauses need more room.
+(`TFM_EXT_LEASE_HEARTBEAT_SECONDS`, `TFM_EXT_LEASE_STALE_SECONDS`:
+`tfm_ext.base.settings`), for tests and for clusters whose hosts' clocks
+or pauses need more room.
 
 What it cannot see: a holder on this machine that runs but is hung holds
 the lease until it is killed (its pid is its liveness); a holder on
@@ -129,8 +130,6 @@ from tfm_ext.base import failures
 FILENAME = "trainer_lease.json"
 CLAIMS = "trainer_lease_claims"
 _CLAIM_SUFFIX = ".json"
-HEARTBEAT_SECONDS = settings.seconds("TFM_EXT_LEASE_HEARTBEAT_SECONDS", 10)
-STALE_SECONDS = settings.seconds("TFM_EXT_LEASE_STALE_SECONDS", 60)
 # A trainer that waits for the lease says so after this long, then at
 # twice the time it has waited.
 SAY_WAITING_SECONDS = 10.0
@@ -172,7 +171,7 @@ class Lease:
     host, pid, space, start: who this process is (`socket.gethostname()`,
       `os.getpid()`, `pid_space()`, `claim.pid_start(pid)`).
     heartbeat_seconds, stale_seconds, poll_seconds: see the module
-      docstring.
+      docstring (the first two: by default `tfm_ext.base.settings`').
     beat_in_background: start the heartbeat thread once acquired (tests
       call `beat` themselves).
     interrupt: called at every look while this trainer waits for the
@@ -188,8 +187,8 @@ class Lease:
                    claim.process_status),
                host: Optional[str] = None, pid: Optional[int] = None,
                space: Optional[str] = None, start: Optional[int] = None,
-               heartbeat_seconds: float = HEARTBEAT_SECONDS,
-               stale_seconds: float = STALE_SECONDS,
+               heartbeat_seconds: Optional[float] = None,
+               stale_seconds: Optional[float] = None,
                poll_seconds: float = POLL_SECONDS,
                beat_in_background: bool = True,
                interrupt: Callable[[], None] = lambda: None):
@@ -202,6 +201,11 @@ class Lease:
         socket.gethostname() if host is None else host, pid,
         pid_space() if space is None else space,
         claim.pid_start(pid) if start is None else start)
+    timings = settings.get()
+    heartbeat_seconds = (timings.lease_heartbeat_seconds
+                         if heartbeat_seconds is None else heartbeat_seconds)
+    stale_seconds = (timings.lease_stale_seconds if stale_seconds is None
+                     else stale_seconds)
     self._judge = claim.Judge(
         stale_seconds, me=self._me, status=status,
         stale_reason="it has not changed for {age:.0f}s as this trainer "

@@ -15,7 +15,7 @@ unevaluated:
   beyond that the oldest waiting is deleted, with a warning, and recorded
   in the ledger as "missing" (its `why` says so);
 * with no live evaluator (none started, its process gone, or, on another
-  host, its heartbeat seen unchanged for `PRESENCE_STALE_SECONDS`) nothing
+  host, its heartbeat seen unchanged for `evaluator_stale_seconds`) nothing
   extra is kept, as TensorFlow would; what was kept is deleted at the next
   save. A `--mode=train` job (`records_unwatched`) records each checkpoint
   it so deletes that the ledger lacks as "missing"

@@ -101,7 +101,7 @@ class RunSummary:
   # summary into model_dir.
   chief: bool = True
   # `<phase>/<action>` -> how often that action raised while the run went
-  # on (`tfm_ext.actions.Guard`); a required one's failure ends the run.
+  # on (`tfm_ext.actions.guard.Guard`); a required one's failure ends the run.
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)

@@ -42,6 +42,9 @@ from tfm_ext.run import strategies
 from tfm_ext.training import determinism
 from tfm_ext.training import eval_count
 from tfm_ext.training import summaries
+from tfm_ext.actions import guard as guard_lib
+from tfm_ext.actions import divergence
+from tfm_ext.actions import from_tfm
 
 
 @dataclasses.dataclass
@@ -63,7 +66,7 @@ class Parts:
   # early stopping stopped: nothing is left to train (a relaunched finished
   # run).
   trained: bool = False
-  # `<phase>/<action>` -> how often it raised (`actions.Guard`).
+  # `<phase>/<action>` -> how often it raised (`tfm_ext.actions.guard.Guard`).
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   # What a continuous_eval counted of the checkpoints (`modes.ModeContext`).
   evaluations: Dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -139,7 +142,92 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   write_dir = model_dir if chief else tempfile.mkdtemp(prefix="tfm_ext_worker")
   if params.runtime.mixed_precision_dtype:
     performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+  task, trainer, stop, watching = _task_and_trainer(plan, watcher, supplied,
+                                                    write_dir)
+  latest, checkpoint = _restore_at_start(trainer, plan, chief)
+  plateau.resume(watching, model_dir, int(trainer.global_step.numpy()))
+  manager = _manager(plan, trainer, write_dir, chief, held,
+                     restored=(latest, checkpoint))
+  step = strategies.host_readable(trainer.global_step, strategy)
+  failures.set_run(global_step=lambda: int(step.numpy()))
+  summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
+      "train", params.trainer.validation_summary_subdir)]
+  train_summaries, eval_summaries = _summary_managers(summary_dirs, step,
+                                                      supplied)
+  progress = console.TrainProgress(
+      global_step=step, total_steps=params.trainer.train_steps,
+      global_batch_size=params.task.train_data.global_batch_size,
+      start_time=request.start_time)
+  eval_progress = console.EvalProgress(global_step=step)
+  guard, train_actions, eval_actions = _actions(
+      plan, trainer, manager, step, (progress, eval_progress),
+      (train_summaries, eval_summaries), watcher, supplied, stop, watching,
+      held)
+  console.quiet_orbit_controller()
+  # Its restore is the start's, done (`started_from`): or init_fn.
+  with failures.phase("restore", latest or model_dir):
+    controller = supplied.controller_cls(
+        strategy=strategy, trainer=trainer if mode.trains else None,
+        evaluator=trainer, global_step=step,
+        steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
+        checkpoint_manager=manager,
+        enable_async_checkpointing=request.enable_async_checkpointing,
+        summary_dir=summary_dirs[0] if supplied.save_summary else None,
+        eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
+        summary_interval=params.trainer.summary_interval,
+        summary_manager=train_summaries, eval_summary_manager=eval_summaries,
+        train_actions=train_actions, eval_actions=eval_actions)
+  restored_step = int(step.numpy())
+  checkpointing.count_interval_from(manager, restored_step)
+  return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
+               controller=controller, progress=progress,
+               eval_progress=eval_progress, write_dir=write_dir, chief=chief,
+               deterministic=deterministic, restored_step=restored_step,
+               trained=bool(mode.trains and restored_step and (
+                   restored_step >= params.trainer.train_steps
+                   or plateau.stopped_early(watching))),
+               action_failures=guard.failures, watching=watching)
 
+
+def _manager(plan, trainer, write_dir: str, chief: bool,
+             held: Optional[lease.Lease], restored):
+  """The run's checkpoint manager; `restored`: what the start restored
+  (`_restore_at_start`'s checkpoint path and managed checkpoint)."""
+  mode, request = plan.mode, plan.request
+  latest, checkpoint = restored
+  return checkpointing.build_manager(
+      trainer, write_dir, request.params.trainer,
+      evaluates_only=not mode.trains,
+      checkpoint=checkpoint,  # The one the start restored.
+      # An export restores what it exports itself, and no init_checkpoint.
+      init_fn=trainer.initialize if mode.restores_latest else None,
+      max_to_keep=request.params.trainer.max_to_keep if chief else 1,
+      enable_async=request.enable_async_checkpointing,
+      before_save=held.assert_held if held else None,
+      # A training job that does not evaluate is what a continuous_eval
+      # joins: it records what no evaluator saw.
+      records_unwatched=chief and mode.trains and not mode.evaluates,
+      # The controller's restore takes the start's: nothing is read again
+      # (a non-chief's manager is in an empty temp dir besides).
+      started_from=latest)
+
+
+def _summary_managers(summary_dirs: List[str], step, supplied: Supplied):
+  """The train and eval summary managers: those supplied, else ours (none
+  without `save_summary`)."""
+  return tuple(
+      given or (summaries.ScalarSummaryManager(d, tf.summary.scalar,
+                                               global_step=step)
+                if supplied.save_summary else None)
+      for d, given in zip(summary_dirs, (supplied.summary_manager,
+                                         supplied.eval_summary_manager)))
+
+
+def _task_and_trainer(plan, watcher: preemption.SignalWatcher,
+                      supplied: Supplied, write_dir: str):
+  """The task and the trainer, wrapped for the run; `(task, trainer, stop,
+  watching)`: the plateau's stop request and what it watches."""
+  mode, strategy, params = plan.mode, plan.strategy, plan.request.params
   evaluates = mode.evaluates or supplied.post_eval
   with strategy.scope(), failures.phase("build"):
     task = supplied.task or build_task(params, logging_dir=write_dir)
@@ -172,48 +260,25 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
     preemption.stop_within_a_step(trainer, watcher, _agreeing(strategy))
   logging.info("tf.data: %d private thread(s) for this run's input (0: "
                "tf.data's own pool)", getattr(trainer, "input_threads", 0))
+  return task, trainer, stop, watching
 
-  latest, checkpoint = _restore_at_start(trainer, plan, chief)
-  plateau.resume(watching, model_dir, int(trainer.global_step.numpy()))
-  manager = checkpointing.build_manager(
-      trainer, write_dir, params.trainer, evaluates_only=not mode.trains,
-      checkpoint=checkpoint,  # The one the start restored.
-      # An export restores what it exports itself, and no init_checkpoint.
-      init_fn=trainer.initialize if mode.restores_latest else None,
-      max_to_keep=params.trainer.max_to_keep if chief else 1,
-      enable_async=request.enable_async_checkpointing,
-      before_save=held.assert_held if held else None,
-      # A training job that does not evaluate is what a continuous_eval
-      # joins: it records what no evaluator saw.
-      records_unwatched=chief and mode.trains and not mode.evaluates,
-      # The controller's restore takes the start's: nothing is read again
-      # (a non-chief's manager is in an empty temp dir besides).
-      started_from=latest)
 
-  step = strategies.host_readable(trainer.global_step, strategy)
-  failures.set_run(global_step=lambda: int(step.numpy()))
-  summary_dirs = [os.path.join(write_dir, subdir) for subdir in (
-      "train", params.trainer.validation_summary_subdir)]
-  train_summaries, eval_summaries = (
-      given or (summaries.ScalarSummaryManager(d, tf.summary.scalar,
-                                               global_step=step)
-                if supplied.save_summary else None)
-      for d, given in zip(summary_dirs, (supplied.summary_manager,
-                                         supplied.eval_summary_manager)))
-  progress = console.TrainProgress(
-      global_step=step, total_steps=params.trainer.train_steps,
-      global_batch_size=params.task.train_data.global_batch_size,
-      start_time=request.start_time)
-  eval_progress = console.EvalProgress(global_step=step)
+def _actions(plan, trainer, manager, step, progresses, summary_managers,
+             watcher: preemption.SignalWatcher, supplied: Supplied,
+             stop: plateau.Stop, watching, held):
+  """The run's guard, and its train and eval actions, each guarded."""
+  request, mode, strategy = plan.request, plan.mode, plan.strategy
   context = actions.ActionContext(
-      params=params, mode=request.mode, model_dir=model_dir, trainer=trainer,
-      checkpoint_manager=manager, strategy=strategy, chief=chief,
+      params=request.params, mode=request.mode, model_dir=request.model_dir,
+      trainer=trainer, checkpoint_manager=manager, strategy=strategy,
+      chief=strategy.extended.should_checkpoint,
       **({"stop": stop.request} if mode.trains else {}))
+  progress, eval_progress = progresses
   # A required action that fails saves first where this process may save:
   # a training run on one worker (elsewhere a save is a collective).
-  guard = actions.Guard(
+  guard = guard_lib.Guard(
       global_step=lambda: int(step.numpy()),
-      save=(lambda: actions.save_now(manager, trainer.global_step))
+      save=(lambda: guard_lib.save_now(manager, trainer.global_step))
       if mode.trains and not strategies.is_multi_worker(strategy) else None)
   notified = {phase: [] for phase in actions.PHASES}
   if supplied.notifier:
@@ -221,11 +286,12 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
                             global_step=lambda: int(step.numpy()))
     notified = {phase: [guard(getattr(notes, phase), phase=phase,
                               name="notify")] for phase in actions.PHASES}
-  train_actions = (_train_actions(context, progress, train_summaries, watcher,
-                                  guard, supplied=supplied.train_actions,
+  train_actions = (_train_actions(context, progress, summary_managers[0],
+                                  watcher, guard,
+                                  supplied=supplied.train_actions,
                                   notified=notified["train"], requested=stop)
                    if mode.trains else [])
-  eval_actions = _eval_actions(context, eval_progress, eval_summaries,
+  eval_actions = _eval_actions(context, eval_progress, summary_managers[1],
                                watcher, guard, trains=mode.trains,
                                supplied=supplied.eval_actions,
                                notified=notified["eval"], requested=stop,
@@ -233,35 +299,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   if held:  # A run that lost the lease stops before it writes more.
     train_actions, eval_actions = ([held.after_loop] + train_actions,
                                    [held.after_loop] + eval_actions)
-
-  console.quiet_orbit_controller()
-  # Its restore is the start's, done (`started_from`): or init_fn.
-  with failures.phase("restore", latest or model_dir):
-    controller = supplied.controller_cls(
-        strategy=strategy,
-        trainer=trainer if mode.trains else None,
-        evaluator=trainer,
-        global_step=step,
-        steps_per_loop=FirstStepThenEvery(params.trainer.steps_per_loop),
-        checkpoint_manager=manager,
-        enable_async_checkpointing=request.enable_async_checkpointing,
-        summary_dir=summary_dirs[0] if supplied.save_summary else None,
-        eval_summary_dir=summary_dirs[1] if supplied.save_summary else None,
-        summary_interval=params.trainer.summary_interval,
-        summary_manager=train_summaries,
-        eval_summary_manager=eval_summaries,
-        train_actions=train_actions,
-        eval_actions=eval_actions)
-  restored_step = int(step.numpy())
-  checkpointing.count_interval_from(manager, restored_step)
-  return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
-               controller=controller, progress=progress,
-               eval_progress=eval_progress, write_dir=write_dir, chief=chief,
-               deterministic=deterministic, restored_step=restored_step,
-               trained=bool(mode.trains and restored_step and (
-                   restored_step >= params.trainer.train_steps
-                   or plateau.stopped_early(watching))),
-               action_failures=guard.failures, watching=watching)
+  return guard, train_actions, eval_actions
 
 
 def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
@@ -317,7 +355,7 @@ def _restore_at_start(trainer, plan, chief: bool):
 
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
-                   watcher, guard: actions.Guard, supplied=(),
+                   watcher, guard: guard_lib.Guard, supplied=(),
                    notified=(), requested=None) -> List[actions.Action]:
   """Recovery, TFM's, registered, progress, results, notify, save-and-stop.
 
@@ -326,12 +364,12 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
   actions, summarized. The save-and-stop action comes after every action
   that may fail the loop or roll it back, so a preempted run never saves a
   loop that diverged. All but recovery and save-and-stop are guarded
-  (`actions.Guard`): one that raises is reported and the run goes on.
+  (`tfm_ext.actions.guard.Guard`): one that raises is reported and the run goes on.
   """
   trainer, strategy = context.trainer, context.strategy
   config = context.params.trainer
   recovery = [] if config.recovery_max_trials < 0 else [
-      actions.DivergenceRecovery.from_config(
+      divergence.DivergenceRecovery.from_config(
           config, loss_name=trainer.train_loss.name,
           global_step=trainer.global_step,
           start_step=int(trainer.global_step.numpy()),
@@ -344,7 +382,7 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
     # (`preemption_on_demand_checkpoint`): it would take SIGTERM from the
     # watcher and act at the loop's end only.
     params = params.replace(trainer={"preemption_on_demand_checkpoint": False})
-  tfm = actions.tfm_train_actions(params, trainer, context.model_dir,
+  tfm = from_tfm.train_actions(params, trainer, context.model_dir,
                                   context.checkpoint_manager)
   stop = preemption.SaveAndStopIfPreempted(
       watcher=watcher, checkpoint_manager=context.checkpoint_manager,
@@ -368,7 +406,7 @@ def _agreeing(strategy):
 
 
 def _eval_actions(context: actions.ActionContext, progress, summary_manager,
-                  watcher, guard: actions.Guard, trains: bool, supplied=(),
+                  watcher, guard: guard_lib.Guard, trains: bool, supplied=(),
                   notified=(), requested=None,
                   watching=()) -> List[actions.Action]:
   """TFM's, registered, progress, the plateau's, results, notify, save-and-stop.
@@ -379,7 +417,7 @@ def _eval_actions(context: actions.ActionContext, progress, summary_manager,
   the evaluation's. An evaluator never writes checkpoints: only training
   modes save.
   """
-  tfm = actions.tfm_eval_actions(context.params, context.trainer,
+  tfm = from_tfm.eval_actions(context.params, context.trainer,
                                  context.model_dir)
   saves = [preemption.SaveAndStopIfPreempted(
       watcher=watcher, checkpoint_manager=context.checkpoint_manager,

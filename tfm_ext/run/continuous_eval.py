@@ -20,7 +20,7 @@ no evaluator was present, and the evaluator warns of them as it starts and
 ends): gone is decided by listing its files, which an object store answers
 fresh, not by a stat that TF's GCS client may answer from its cache. A
 restore that fails while the files are there is tried again for
-`files.STALE_READ_SECONDS` (an object rewritten by another process reads
+`settings.stale_read_seconds` (an object rewritten by another process reads
 inconsistent until TF's stat cache ages; a server that did not answer); one
 that still fails is "unreadable" (cut short, zeroed). Neither is looked for
 again. One whose evaluation read no batch
@@ -36,7 +36,7 @@ while the claim is renewed. Each round claims this evaluator's share of
 what is waiting in one settle, so that an evaluator keeps up with a trainer
 that saves every second. An evaluator that died holding a claim stops
 renewing it; the claim is taken over once it has not changed for
-`eval_claims.STALE_CLAIM_SECONDS` (at once, on the same host, when the
+`claim_stale_seconds` (`tfm_ext.base.settings`) (at once, on the same host, when the
 claimant's process is gone). Every write of an evaluation is fenced by its
 claim (`Claims.check`): before the evaluator's `eval_end` (where TFM's
 trainer exports the best checkpoint), before Orbit writes the validation
@@ -81,6 +81,7 @@ from tfm_ext.model_dir import run_summary
 from tfm_ext.base import failures
 from tfm_ext.training import eval_count
 from tfm_ext.base.logs import scalars
+from tfm_ext.base import settings
 
 # The statuses of a checkpoint whose evaluation ran to its end.
 _EVALUATION_RAN = ("evaluated", "empty")
@@ -161,7 +162,7 @@ class _Done:
 
 
 # At most this many claims held at once, each renewed (a write every
-# `eval_claims.CLAIM_RENEW_SECONDS`) while it waits for its evaluation.
+# `claim_renew_seconds`) while it waits for its evaluation.
 CLAIMED_AHEAD = 8
 
 
@@ -228,7 +229,7 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
 
   Each write is fenced by the claim (`Claims.check`): one taken over
   while this evaluator evaluated (it was suspended past
-  `eval_claims.STALE_CLAIM_SECONDS`) is left to the evaluator that took
+  `claim_stale_seconds` (`tfm_ext.base.settings`)) is left to the evaluator that took
   it over, with a warning, and nothing of this evaluation is written.
   """
   # Another evaluator may have recorded it and let its claim go between
@@ -250,7 +251,7 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
         "(suspended for over %.0f s?): the evaluator that took it over "
         "evaluates and records it; this one wrote nothing of its evaluation "
         "(no best checkpoint, validation summary or ledger record).", path,
-        eval_claims.STALE_CLAIM_SECONDS)
+        settings.get().claim_stale_seconds)
     return None
 
 
@@ -360,7 +361,7 @@ def restore_status(restore: Callable[[str], None], path: str, *,
   """Calls `restore(path)`; None, or "missing" or "unreadable" if it fails.
 
   "missing" when its files are no longer listed. A failure while they are
-  is tried again until `files.STALE_READ_SECONDS` have passed (on an object
+  is tried again until `settings.stale_read_seconds` have passed (on an object
   store whatever it raised, since a stale length reads as inconsistent or
   cut short; on a local disk only `_TRANSIENT` errors); then "unreadable".
   """
@@ -384,7 +385,7 @@ def _restore_outcome(restore: Callable[[str], None], path: str, *,
         logging.warning("Checkpoint %s vanished before it was evaluated; "
                         "recorded as missing and skipped: %s", path, cause)
         return "missing", f"deleted before it was read ({cause})"
-      deadline = deadline or clock() + files.STALE_READ_SECONDS
+      deadline = deadline or clock() + settings.get().stale_read_seconds
       retried = (isinstance(e, _TRANSIENT)
                  or files.local_path(path) is None)
       if not retried or clock() > deadline:

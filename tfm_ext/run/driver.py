@@ -146,7 +146,7 @@ def request_for(sources: params_lib.ConfigSources, *, mode: str,
 
 def prepare(request: RunRequest) -> Plan:
   """Resolves and checks `request`; raises `UsageError`, writes nothing."""
-  settings.check()
+  settings.load()
   params = request.params
   mode = modes.get_mode(request.mode)
   failures.set_run(model_dir=request.model_dir, params=params)
@@ -407,15 +407,7 @@ def _drive(plan: Plan, parts: assembly.Parts,
            watcher: preemption.SignalWatcher) -> RunSummary:
   request, mode = plan.request, plan.mode
   watcher.check_start()
-  resumes = 0
-  if mode.trains and parts.chief:
-    # Only training writes params.yaml: an evaluator beside the trainer on
-    # the same model_dir must not race it for the file.
-    params_file.write(request.params, request.model_dir)
-    run_summary.clear_training_complete(request.model_dir)
-  if mode.trains:
-    resumes = run_summary.record_training_start(parts.write_dir,
-                                                parts.restored_step)
+  resumes = _record_start(plan, parts)
   ctx = modes.ModeContext(controller=parts.controller, params=request.params,
                           model_dir=request.model_dir,
                           should_stop=lambda: watcher.stopping,
@@ -438,45 +430,8 @@ def _drive(plan: Plan, parts: assembly.Parts,
         parts.controller.evaluate(steps=request.params.trainer.validation_steps)
     watcher.check_stopped(mode.stops_on_signal,
                           int(parts.trainer.global_step.numpy()))
-  except preemption.Preempted as e:
-    return summarize(plan, parts, resumes, "preempted", str(e),
-                     exit_code=EXIT_PREEMPTED)
-  except preemption.Stopped as e:  # Asked by an action; saved at e.step.
-    print(f"stopped @ step {e.step} | {e.reason}", flush=True)
-    run_summary.mark_training_complete(parts.write_dir, e.step)
-    summary = summarize(plan, parts, resumes, "completed", str(e))
-    summary.stopped_early_at, summary.stop_reason = e.step, e.reason
-    return summary
-  except failures.TRANSIENT as e:
-    if not strategies.is_multi_worker(plan.strategy):
-      raise  # Restarted by `_with_recovery`.
-    # A peer lost: TensorFlow cannot set up collectives twice in a process;
-    # the cluster manager restarts every worker.
-    watcher.check_aborted(e)
-    logging.info("A worker of the cluster was lost.", exc_info=True)
-    lost = failures.peer_lost(e)
-    return summarize(plan, parts, resumes, "failed", lost.message,
-                     exit_code=lost.code)
-  except UsageError:
-    raise  # Refused: exit 2.
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
-    # A hook's sys.exit() is a bug like any error of the model's code (an
-    # action's is the action's failure: `actions.Guard`).
-    watcher.check_aborted(e)
-    failure = failures.classify(e)
-    if failure is None:  # A bug: its traceback, and a summary saying so.
-      _finish(request, mode, summarize(
-          plan, parts, resumes, "failed", exit_code=1,
-          message=_bug_message(e)))
-      if isinstance(e, SystemExit):  # Else the process would exit with e.code.
-        raise RuntimeError(f"sys.exit({e.code!r}) inside the run") from e
-      raise
-    if failure.code == UsageError.EXIT_CODE and not (
-        mode.trains or mode.stops_on_signal):
-      raise  # Refused: an `eval` or `export` that wrote nothing records none.
-    logging.info("The run failed.", exc_info=True)  # The log file only.
-    return summarize(plan, parts, resumes, "failed", failure.message,
-                     exit_code=failure.code)
+    return _ended(plan, parts, resumes, watcher, e)
   finally:
     # However the mode ended, the files then hold its last step.
     if parts.chief and (mode.trains or mode.evaluates):
@@ -488,6 +443,72 @@ def _drive(plan: Plan, parts: assembly.Parts,
   if trained:
     _carry_over(summary, previous, request.params.trainer.train_steps)
   return summary
+
+
+def _record_start(plan: Plan, parts: assembly.Parts) -> int:
+  """Records a training start (params.yaml, training_starts/); returns how
+  many starts resumed this run before."""
+  request = plan.request
+  if not plan.mode.trains:
+    return 0
+  if parts.chief:
+    # Only training writes params.yaml: an evaluator beside the trainer on
+    # the same model_dir must not race it for the file.
+    params_file.write(request.params, request.model_dir)
+    run_summary.clear_training_complete(request.model_dir)
+  return run_summary.record_training_start(parts.write_dir,
+                                           parts.restored_step)
+
+
+def _ended(plan: Plan, parts: assembly.Parts, resumes: int,
+           watcher: preemption.SignalWatcher,
+           error: BaseException) -> RunSummary:
+  """The summary of a mode that raised `error`; raises what is not one.
+
+  A signal's save (`Preempted`), an action's stop (`Stopped`), a lost
+  peer of a multi-worker job, a failure `failures.classify` names: each a
+  summary. A usage error, a transient error of one worker (restarted by
+  `_with_recovery`) and a bug (its summary written first) raise.
+  """
+  request, mode = plan.request, plan.mode
+  if isinstance(error, preemption.Preempted):
+    return summarize(plan, parts, resumes, "preempted", str(error),
+                     exit_code=EXIT_PREEMPTED)
+  if isinstance(error, preemption.Stopped):  # Asked by an action; saved.
+    print(f"stopped @ step {error.step} | {error.reason}", flush=True)
+    run_summary.mark_training_complete(parts.write_dir, error.step)
+    summary = summarize(plan, parts, resumes, "completed", str(error))
+    summary.stopped_early_at, summary.stop_reason = error.step, error.reason
+    return summary
+  if isinstance(error, failures.TRANSIENT):
+    if not strategies.is_multi_worker(plan.strategy):
+      raise error  # Restarted by `_with_recovery`.
+    # A peer lost: TensorFlow cannot set up collectives twice in a process;
+    # the cluster manager restarts every worker.
+    watcher.check_aborted(error)
+    logging.info("A worker of the cluster was lost.", exc_info=True)
+    lost = failures.peer_lost(error)
+    return summarize(plan, parts, resumes, "failed", lost.message,
+                     exit_code=lost.code)
+  if isinstance(error, UsageError):
+    raise error  # Refused: exit 2.
+  # A hook's sys.exit() is a bug like any error of the model's code (an
+  # action's is the action's failure: `tfm_ext.actions.guard.Guard`).
+  watcher.check_aborted(error)
+  failure = failures.classify(error)
+  if failure is None:  # A bug: its traceback, and a summary saying so.
+    _finish(request, mode, summarize(
+        plan, parts, resumes, "failed", exit_code=1,
+        message=_bug_message(error)))
+    if isinstance(error, SystemExit):  # Else the process would exit so.
+      raise RuntimeError(f"sys.exit({error.code!r}) inside the run") from error
+    raise error
+  if failure.code == UsageError.EXIT_CODE and not (
+      mode.trains or mode.stops_on_signal):
+    raise error  # Refused: an `eval` or `export` that wrote nothing records none.
+  logging.info("The run failed.", exc_info=True)  # The log file only.
+  return summarize(plan, parts, resumes, "failed", failure.message,
+                   exit_code=failure.code)
 
 
 def _previous_summary(plan: Plan, parts: assembly.Parts,

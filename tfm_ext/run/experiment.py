@@ -113,14 +113,20 @@ def run_experiment(
     raise RunFailed(summary.message)
   if summary.status == "preempted":
     raise preemption.Preempted(summary.global_step, "a signal")
-  eval_logs = {}
+  return parts.trainer.model, _post_eval_logs(plan, parts, summary,
+                                              run_post_eval)
+
+
+def _post_eval_logs(plan, parts, summary: RunSummary,
+                    run_post_eval: bool) -> Mapping[str, Any]:
+  """The logs of the evaluation after the mode, as TFM returns them."""
   if run_post_eval:
-    with distribution_strategy.scope():
-      eval_logs = parts.controller.evaluate(
-          steps=params.trainer.validation_steps)
-  elif mode == "train_and_post_eval":
-    eval_logs = summary.eval_metrics
-  return parts.trainer.model, eval_logs or {}
+    with plan.strategy.scope():
+      return parts.controller.evaluate(
+          steps=plan.request.params.trainer.validation_steps) or {}
+  if plan.request.mode == "train_and_post_eval":
+    return summary.eval_metrics or {}
+  return {}
 
 
 def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
@@ -151,7 +157,7 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
   from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
   failures.reset()
   try:
-    settings.check()
+    settings.load()
     experiments.import_registries(registry)
     experiments.register_for(experiment,
                              gin_given=bool(gin_files or gin_params))

@@ -198,7 +198,7 @@ def main(argv) -> None:
   log_files.hold_log()
   failures.reset()
   with failures.boundary():
-    settings.check()
+    settings.load()
     params_lib.check_command_line(sys.argv[1:], FLAGS)
     experiments.import_registries(FLAGS.registry)
     # Before gin is parsed: stock has imported them, and a binding may name

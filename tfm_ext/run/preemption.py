@@ -279,7 +279,7 @@ class SignalWatcher:
     logging.info("TensorFlow held the main thread %.0fs after a second "
                  "signal: the signal watcher ends the process.",
                  self.ABORT_GRACE_SECONDS)
-    _say(f"{failure.kind}: {failure.message}")
+    _say(failure.line())  # From this thread: the main one may hold stderr.
     os._exit(failure.code)  # pylint: disable=protected-access
 
 
@@ -370,49 +370,66 @@ def stop_within_a_step(trainer, watcher: SignalWatcher,
     return False
   local_stop = watcher.loop_stop()
   watcher.after_first(TRAINING_STOPS)
-  if strategy is None:  # One worker: its own signal decides.
-    agreed = local_stop
-    stopped = local_stop.read_value
-  else:
-    with tf.init_scope(), tf.device("CPU:0"):
-      # What the workers agreed, the same on each.
-      agreed = tf.Variable(False, trainable=False, name="stopped_loop")
-
-    def stopped():
-      stop = any_worker(strategy, local_stop.read_value())
-      agreed.assign(stop)
-      return stop
+  agreed, stopped = _agreed_stop(local_stop, strategy)
   _STOPPED_LOOP_WARNING.stops.append(weakref.ref(agreed))
   logging.get_absl_logger().addFilter(_STOPPED_LOOP_WARNING)  # Once.
-
-  def create_train_loop_fn():
-    step_fn = trainer.train_step
-    if options.use_tf_while_loop:
-      loop_fn = _while_not_stopped(step_fn, stopped)
-      if options.use_tpu_summary_optimization:
-        return orbit.utils.LoopFnWithSummaries(loop_fn)
-      return tf.function(loop_fn)
-    if options.use_tf_function:
-      step_fn = tf.function(step_fn)
-    return _python_loop_until_stopped(
-        step_fn, tf.function(stopped) if strategy else stopped)
-
   train = trainer.train
 
+  def create_train_loop_fn():
+    return _train_loop_fn(trainer, options, stopped, bool(strategy))
+
   def train_unless_stopped(num_steps):
-    # Stopped between two loops: the next runs no step, and returns no
-    # logs (a loop's metrics over no step would be zeros in the summaries).
-    if agreed.numpy():
-      return {}
-    before = int(trainer.global_step.numpy())
-    logs = train(num_steps)
-    if agreed.numpy() and int(trainer.global_step.numpy()) == before:
-      return {}
-    return logs
+    return _train_unless_stopped(train, trainer, agreed, num_steps)
 
   trainer.create_train_loop_fn = create_train_loop_fn
   trainer.train = train_unless_stopped
   return True
+
+
+def _agreed_stop(local_stop: tf.Variable,
+                 strategy: Optional[tf.distribute.Strategy]):
+  """`(agreed, stopped)`: the variable that says every worker stops, and the
+  function the loop's condition calls, which agrees it (`any_worker`)."""
+  if strategy is None:  # One worker: its own signal decides.
+    return local_stop, local_stop.read_value
+  with tf.init_scope(), tf.device("CPU:0"):
+    # What the workers agreed, the same on each.
+    agreed = tf.Variable(False, trainable=False, name="stopped_loop")
+
+  def stopped():
+    stop = any_worker(strategy, local_stop.read_value())
+    agreed.assign(stop)
+    return stop
+  return agreed, stopped
+
+
+def _train_loop_fn(trainer, options, stopped, multi_worker: bool):
+  """Orbit's `create_train_loop_fn`, its loop also ending on `stopped()`."""
+  step_fn = trainer.train_step
+  if options.use_tf_while_loop:
+    loop_fn = _while_not_stopped(step_fn, stopped)
+    if options.use_tpu_summary_optimization:
+      return orbit.utils.LoopFnWithSummaries(loop_fn)
+    return tf.function(loop_fn)
+  if options.use_tf_function:
+    step_fn = tf.function(step_fn)
+  return _python_loop_until_stopped(
+      step_fn, tf.function(stopped) if multi_worker else stopped)
+
+
+def _train_unless_stopped(train, trainer, agreed: tf.Variable, num_steps):
+  """`train(num_steps)`, unless the workers agreed to stop before it.
+
+  Stopped between two loops: the next runs no step, and returns no logs
+  (a loop's metrics over no step would be zeros in the summaries).
+  """
+  if agreed.numpy():
+    return {}
+  before = int(trainer.global_step.numpy())
+  logs = train(num_steps)
+  if agreed.numpy() and int(trainer.global_step.numpy()) == before:
+    return {}
+  return logs
 
 
 # The loop builders whose loop `stop_within_a_step` rebuilds: Orbit's, and
