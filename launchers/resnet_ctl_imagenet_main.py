@@ -30,7 +30,7 @@ from tfm_ext.base import startup
 
 # As in launchers/train.py: a signal from here until the run starts exits
 # 42, nothing to save yet; TensorFlow quiet and no collections while
-# importing (tfm_ext/run/startup.py).
+# importing (tfm_ext/base/startup.py).
 startup.begin()
 from absl import app
 from absl import flags
@@ -54,37 +54,34 @@ FLAGS = flags.FLAGS
 
 def main(argv) -> None:
   """Translates the flags, checks everything, then trains (and evaluates)."""
-  if len(argv) > 1:
-    _fail(f"Unexpected arguments: {' '.join(argv[1:])}.")
-  gpus_visible = len(tf.config.list_physical_devices("GPU"))
-  try:
-    translation = reference_runner.translate(FLAGS, gpus_visible)
-    if gpus_visible:
-      # Where the reference does it: before the strategy starts the GPUs.
-      reference_flags.configure_gpus(FLAGS)
-    params = params_lib.build(translation.sources)
-    plan = driver.prepare(driver.RunRequest(
-        experiment=reference_runner.EXPERIMENT, mode=translation.mode,
-        model_dir=translation.model_dir, params=params,
-        start_time=run_summary.process_start_time()))
-    if FLAGS.clean:
-      reference_runner.check_cleanable(translation.model_dir)
-  except UsageError as e:
-    _fail(str(e))
-
-  for note in translation.notes:
-    logging.warning(note)
-  if FLAGS.clean and tf.io.gfile.exists(translation.model_dir):
-    logging.warning("--clean: removing %s", translation.model_dir)
-    tf.io.gfile.rmtree(translation.model_dir)
-  summary = driver.run(plan)
+  summary = driver.job(lambda: _plan(argv))
   stats = reference_runner.build_stats(summary, FLAGS.skip_eval)
   logging.info("Run stats:\n%s", stats)
   print(f"Run stats: {stats}", flush=True)
 
 
-def _fail(message: str) -> None:
-  driver.exit_with(message, UsageError.EXIT_CODE)
+def _plan(argv) -> driver.Plan:
+  """The checked plan of the reference runner's flags (`--clean` done)."""
+  if len(argv) > 1:
+    raise UsageError(f"Unexpected arguments: {' '.join(argv[1:])}.")
+  gpus_visible = len(tf.config.list_physical_devices("GPU"))
+  translation = reference_runner.translate(FLAGS, gpus_visible)
+  if gpus_visible:
+    # Where the reference does it: before the strategy starts the GPUs.
+    reference_flags.configure_gpus(FLAGS)
+  params = params_lib.build(translation.sources)
+  plan = driver.prepare(driver.RunRequest(
+      experiment=reference_runner.EXPERIMENT, mode=translation.mode,
+      model_dir=translation.model_dir, params=params,
+      start_time=run_summary.process_start_time()))
+  if FLAGS.clean:
+    reference_runner.check_cleanable(translation.model_dir)
+  for note in translation.notes:
+    logging.warning(note)
+  if FLAGS.clean and tf.io.gfile.exists(translation.model_dir):
+    logging.warning("--clean: removing %s", translation.model_dir)
+    tf.io.gfile.rmtree(translation.model_dir)
+  return plan
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tfm_ext.base import startup
 # SIGTERM, SIGINT or SIGHUP from here until the run starts: exit 42,
 # nothing to save yet (Python's default, while TensorFlow loads, is exit
 # 143). Quiet TensorFlow and no collections while importing
-# (tfm_ext/run/startup.py;
+# (tfm_ext/base/startup.py;
 # benchmarks/RESULTS.md#default-collector-off-while-importing).
 startup.begin()
 from absl import app

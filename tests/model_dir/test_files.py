@@ -1,4 +1,5 @@
-"""Records in model_dir (`tfm_ext.model_dir.files`): whole or skipped, never half-read."""
+"""Records in model_dir (`tfm_ext.model_dir.files`): whole or skipped, never
+half-read."""
 
 import logging as std_logging
 import uuid

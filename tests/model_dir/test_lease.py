@@ -41,6 +41,10 @@ class FakeTime:
     self.slept += seconds
 
 
+def _stale():
+  return settings.get().lease_stale_seconds
+
+
 @pytest.fixture(params=["local", "ram"])
 def model_dir(request, tmp_path):
   if request.param == "local":
@@ -147,7 +151,7 @@ def test_stale_lease_elsewhere_is_watched_for_the_stale_time_then_taken(
     _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   assert _holder(model_dir)["host"] == "vm-2"
   # Watched a beat at a time until unchanged for over 60s.
-  assert fake.slept - 3600 == pytest.approx(settings.get().lease_stale_seconds + 10)
+  assert fake.slept - 3600 == pytest.approx(_stale() + 10)
   assert "watching its lease for 60s before taking it over" in caplog.text
   assert "it has not changed for 70s as this trainer watched it" in (
       caplog.text)
@@ -323,7 +327,7 @@ def test_the_smallest_live_claim_refuses_once_another_took_the_lease(
 @pytest.mark.parametrize("why", ["dead pid here", "stale elsewhere"])
 def test_a_claim_whose_trainer_is_gone_is_deleted_and_the_lease_taken(
     model_dir, why):
-  fake = FakeTime(T0 + settings.get().lease_stale_seconds + 1)
+  fake = FakeTime(T0 + _stale() + 1)
   if why == "dead pid here":  # SIGKILLed while it took the lease.
     _claim(model_dir, "0" * 16, host="vm-1", pid=200, at=fake.now)
   else:  # Its host was lost while it took the lease.
@@ -332,7 +336,7 @@ def test_a_claim_whose_trainer_is_gone_is_deleted_and_the_lease_taken(
   if why == "dead pid here":
     assert fake.slept == 0
   else:  # Watched until unchanged for the stale time.
-    assert settings.get().lease_stale_seconds < fake.slept <= settings.get().lease_stale_seconds + 1
+    assert _stale() < fake.slept <= _stale() + 1
   assert _claims(model_dir) == [_holder(model_dir)["token"] + ".json"]
   held.release()
   assert _claims(model_dir) == []
@@ -342,7 +346,7 @@ def test_holder_whose_lease_was_taken_over_stops_and_keeps_the_new_one(
     model_dir):
   fake = FakeTime()
   first = _lease(model_dir, fake, pid=100).acquire()
-  fake.sleep(settings.get().lease_stale_seconds + 1)  # Suspended past the stale time.
+  fake.sleep(_stale() + 1)  # Suspended past the stale time.
   _lease(model_dir, fake, host="vm-2", pid=200).acquire()
   first.beat()  # Resumed: its heartbeat finds the other trainer's lease.
   with pytest.raises(UsageError, match="Another trainer took over .* host "
@@ -402,7 +406,7 @@ def test_a_holder_that_lost_the_lease_writes_no_record_under_model_dir(
   first = _lease(model_dir, fake, pid=100).acquire()
   record = os.path.join(model_dir, "run_summary.json")
   files.write_json(record, {"by": "first"})  # Held: written.
-  fake.sleep(settings.get().lease_stale_seconds + 1)  # Suspended past the stale time.
+  fake.sleep(_stale() + 1)  # Suspended past the stale time.
   # Another trainer, in another process, takes the lease over.
   files.write_json(first.path, {
       "host": "vm-2", "pid": 200, "pid_space": "", "token": "other",

@@ -22,6 +22,7 @@ import registry_imports  # pylint: disable=unused-import
 from tfm_ext.run import launcher
 
 from conftest import SMOKE
+from tfm_ext.run import driver
 
 FLAGS = flags.FLAGS
 
@@ -89,20 +90,21 @@ def test_config_flags_build_the_task_tfm_parse_configuration_builds(tmp_path):
         "--tf_data_service=grpc://dispatcher:5050",
         "--enable_async_checkpointing")
   request = launcher._request()  # pylint: disable=protected-access
-  task = request.params.task
+  params = driver.build_params(request)  # As `driver.prepare` builds it.
+  task = params.task
   # TFM's parse_data_service: both input readers get the address.
   assert task.train_data.tf_data_service_address == "grpc://dispatcher:5050"
   assert (task.validation_data.tf_data_service_address
           == "grpc://dispatcher:5050")
   assert task.train_data.global_batch_size == 32
-  assert request.params.trainer.train_steps == 7
-  assert request.params.runtime.tpu == "grpc://10.0.0.2:8470"
+  assert params.trainer.train_steps == 7
+  assert params.runtime.tpu == "grpc://10.0.0.2:8470"
   assert request.enable_async_checkpointing
   # TFM's own parser, on the same flags, builds the same task.
   tfm = train_utils.parse_configuration(FLAGS, lock_return=False,
                                         print_return=False)
   assert task.as_dict() == tfm.task.as_dict()
-  assert request.params.runtime.tpu == tfm.runtime.tpu
+  assert params.runtime.tpu == tfm.runtime.tpu
 
 
 @flagsaver.flagsaver

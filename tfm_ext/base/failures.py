@@ -401,7 +401,7 @@ def _op_failed(error: BaseException, name: str,
   (None) a kernel of the model's; anything else raised is a bug (None)."""
   if not isinstance(error, tf.errors.OpError) or isinstance(error, TRANSIENT):
     # Raised by Python code: a bug keeps its traceback. So does a peer or
-    # collective lost past the in-process restarts (`driver.Recovery`).
+    # collective lost past the in-process restarts (`driver._with_recovery`).
     return None
   if name == "restore":
     if isinstance(error, tf.errors.NotFoundError):
@@ -556,25 +556,41 @@ def last_reported() -> Optional[Failure]:
   return _run.reported
 
 
+class Ended(BaseException):
+  """A job that decided how it ends: `failure`, printed and exited with by
+  the boundary (a run preempted or failed, its summary written).
+
+  As `SystemExit`, no `except Exception` on its way takes it for an error.
+  """
+
+  def __init__(self, failure: Failure):
+    super().__init__(failure.message)
+    self.failure = failure
+
+
 @contextlib.contextmanager
 def boundary() -> Iterator[None]:
   """Runs a job: a classified failure exits with its code, a bug raises.
 
-  `SystemExit` (a job that decided its own exit) passes through.
+  The one place a job ends with an exit code: what is raised is classified
+  (`classify`), or says itself how it ends (`Ended`), then printed as one
+  paragraph (`report`) and raised as `SystemExit`. A `SystemExit` raised
+  inside (`--help`) passes through.
   """
   try:
     yield
   except SystemExit:
     raise
   except BaseException as e:  # pylint: disable=broad-except
-    failure = classify(e)
+    failure = e.failure if isinstance(e, Ended) else classify(e)
     if failure is None:
       if _run.log_file:  # Python prints it on the console too.
         logging.info("A bug (not a problem with the input): %s",
                       type(e).__name__,
                       exc_info=(type(e), e, e.__traceback__))
       raise
-    report(failure, e)
+    # An `Ended` job wrote its own record: no traceback to keep.
+    report(failure, None if isinstance(e, Ended) else e)
     forget_failed_restore(e)
     # What TensorFlow logs at interpreter exit (a restore the failure cut
     # short warns of its unrestored values) finds absl's file closed: such

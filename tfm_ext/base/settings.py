@@ -2,28 +2,28 @@
 
 Operators and tests tune a few timings from the environment: how the
 records one process owns in `model_dir` are renewed and judged gone (the
-trainer lease, the evaluators' claims and presence; `tfm_ext.model_dir.
-claim`), how often a long training loop says where it is, and how stale
-TensorFlow's GCS client may read an object (its own `GCS_STAT_CACHE_MAX_AGE`,
-which tfm_ext must wait out). Each is a field of `Settings`:
+trainer lease, the evaluators' claims and presence:
+`tfm_ext.model_dir.claim`), how often a long training loop says where it
+is, and how stale TensorFlow's GCS client may read an object (its own
+`GCS_STAT_CACHE_MAX_AGE`, which tfm_ext must wait out). Each is a field of
+`Settings`:
 
-| field                         | variable                              | default |
-| ----------------------------- | ------------------------------------- | ------- |
-| `lease_heartbeat_seconds`     | `TFM_EXT_LEASE_HEARTBEAT_SECONDS`     | 10      |
-| `lease_stale_seconds`         | `TFM_EXT_LEASE_STALE_SECONDS`         | 60      |
-| `claim_renew_seconds`         | `TFM_EXT_CLAIM_RENEW_SECONDS`         | 5       |
-| `claim_stale_seconds`         | `TFM_EXT_CLAIM_STALE_SECONDS`         | 30      |
-| `evaluator_heartbeat_seconds` | `TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS` | 5       |
-| `evaluator_stale_seconds`     | `TFM_EXT_EVALUATOR_STALE_SECONDS`     | 30      |
-| `loop_progress_seconds`       | `TFM_EXT_LOOP_PROGRESS_SECONDS`       | 30 (0: off) |
-| `gcs_stat_cache_seconds`      | `GCS_STAT_CACHE_MAX_AGE`              | 5 (0: no cache) |
+* `lease_heartbeat_seconds`: `TFM_EXT_LEASE_HEARTBEAT_SECONDS`, 10;
+* `lease_stale_seconds`: `TFM_EXT_LEASE_STALE_SECONDS`, 60;
+* `claim_renew_seconds`: `TFM_EXT_CLAIM_RENEW_SECONDS`, 5;
+* `claim_stale_seconds`: `TFM_EXT_CLAIM_STALE_SECONDS`, 30;
+* `evaluator_heartbeat_seconds`: `TFM_EXT_EVALUATOR_HEARTBEAT_SECONDS`, 5;
+* `evaluator_stale_seconds`: `TFM_EXT_EVALUATOR_STALE_SECONDS`, 30;
+* `loop_progress_seconds`: `TFM_EXT_LOOP_PROGRESS_SECONDS`, 30 (0: off);
+* `gcs_stat_cache_seconds`: `GCS_STAT_CACHE_MAX_AGE`, 5 (0: no cache).
 
 Nothing reads the environment at import: a malformed value would raise
-there, before any run or its error boundary exists. The launcher parses it
-once, inside the boundary, before anything is written (`load`): a value it
-cannot take is a `UsageError` (exit 2, one line naming the variable, the
-value and what is accepted). Code reads the parsed object (`get`; it
-parses on first use where no launcher ran, as in a notebook).
+there, before any run or its error boundary exists. A job parses it inside
+its error boundary, before anything is written (`load`, from
+`tfm_ext.run.driver`): a value it cannot take is a `UsageError` (exit 2,
+one line naming the variable, the value and what is accepted). Code reads
+the parsed object (`get`; it parses on first use where no job did, as in
+a notebook).
 """
 
 import dataclasses

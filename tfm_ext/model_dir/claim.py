@@ -10,9 +10,9 @@ its owner the same way (`tfm_ext.model_dir.export`). They are one mechanism:
   boot and pid namespace), where the pid names one process, and its start
   time in that boot (`pid_start`), so that a reused pid is another process;
 * the owner writes its record whole (`Record.write`, through
-  `tfm_ext.model_dir.files`; `pad_to` gives each rewrite the same length, so that
-  another process reads it whole and current through TensorFlow's GCS stat
-  cache, which caches an object's length);
+  `tfm_ext.model_dir.files`; `pad_to` gives each rewrite the same length,
+  so that another process reads it whole and current through TensorFlow's
+  GCS stat cache, which caches an object's length);
 * one heartbeat thread rewrites it (`Record.start_heartbeat`) every period,
   counting its beats (`Record.beats`), until it is stopped or finds the
   record no longer its owner's;

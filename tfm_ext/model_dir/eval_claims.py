@@ -11,8 +11,8 @@ A lost claim is fenced: each claim an evaluator wins carries a token of its
 own, and before each write of the checkpoint's evaluation (its best
 checkpoint, its summaries, its record) the evaluator reads the claim back
 and finds its owner and that token (`holds`, `check`). An evaluator that
-was suspended (SIGSTOP, a paused VM) longer than `claim_stale_seconds` (`tfm_ext.base.settings`)
-while evaluating, whose claim another evaluator took over, then recorded
+was suspended (SIGSTOP, a paused VM) longer than `claim_stale_seconds`
+(`tfm_ext.base.settings`) while evaluating, whose claim another evaluator took over, then recorded
 and maybe released, finds another owner, another token, or no claim at
 all, and writes nothing more of it (`ClaimLost`); nor does it renew a claim
 that is no longer its own. Claims are won a batch at a time
@@ -298,7 +298,8 @@ class _Presence:
     except tf.errors.OpError as e:
       logging.warning("Could not remove this evaluator's presence %s (a "
                       "trainer takes it for gone once its heartbeat is %.0f s "
-                      "old): %s", self.path, settings.get().evaluator_stale_seconds,
+                      "old): %s", self.path,
+                      settings.get().evaluator_stale_seconds,
                       str(e).splitlines()[0])
     for directory in self._made if tidy else ():
       try:

@@ -314,7 +314,8 @@ def checkpoint_to_export(model_dir: str, best_subdir: str,
   checkpoint's prefix (`MODEL_DIR/ckpt-300`), a directory (its latest), or
   a step (`300`: `ckpt-300` in `model_dir`, else `best_ckpt-300` in
   `best_subdir`). The best is the first of `best_subdir`'s ranking: of
-  checkpoints with equal values, the older (`tfm_ext.model_dir.best_checkpoints`).
+  checkpoints with equal values, the older
+  (`tfm_ext.model_dir.best_checkpoints`).
 
   Raises:
     UsageError: nothing to export, or `chosen` names no checkpoint.

@@ -223,8 +223,9 @@ def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
   """The bytes at `path`, read again while a store's cache may be stale.
 
   On an object store, a read that raises TensorFlow's `InternalError`, or
-  whose bytes `whole` rejects, is retried until `settings.stale_read_seconds` have
-  passed; the last read is returned (or raises). A local path is read once.
+  whose bytes `whole` rejects, is retried until
+  `settings.stale_read_seconds` have passed; the last read is returned (or
+  raises). A local path is read once.
   """
   deadline = None
   while True:

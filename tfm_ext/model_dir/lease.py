@@ -83,8 +83,9 @@ record that is not whole, or reads as "inconsistent", again).
 A lost lease is fenced: the holder proves it still holds the lease, by
 reading it back and finding its own token, before every write it makes
 into `model_dir`, not only at its heartbeat: `assert_held` runs before each
-checkpoint save (`tfm_ext.model_dir.checkpointing`), each record (`tfm_ext.model_dir.files`
-runs it before any write under `model_dir` while the lease is held) and as
+checkpoint save (`tfm_ext.model_dir.checkpointing`), each record
+(`tfm_ext.model_dir.files` runs it before any write under `model_dir`
+while the lease is held) and as
 the first action after each loop (`check`). A trainer that was suspended
 or partitioned and wakes up raises `LeaseLost` at its first write and
 writes nothing. What stays open is the time between that read and the

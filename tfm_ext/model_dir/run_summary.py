@@ -105,8 +105,9 @@ class RunSummary:
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   train_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
   eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
-  # The best checkpoint when the run ended (`tfm_ext.model_dir.best_checkpoints`):
-  # metric, value, global_step, path; empty without one.
+  # The best checkpoint when the run ended
+  # (`tfm_ext.model_dir.best_checkpoints`): metric, value, global_step,
+  # path; empty without one.
   best: Dict[str, Any] = dataclasses.field(default_factory=dict)
   # A continuous_eval's count of the checkpoints it knew of, as its end line
   # says it (`tfm_ext.model_dir.eval_ledger.Tally.fields`): `evaluated_here`,

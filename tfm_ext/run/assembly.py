@@ -364,7 +364,8 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
   actions, summarized. The save-and-stop action comes after every action
   that may fail the loop or roll it back, so a preempted run never saves a
   loop that diverged. All but recovery and save-and-stop are guarded
-  (`tfm_ext.actions.guard.Guard`): one that raises is reported and the run goes on.
+  (`tfm_ext.actions.guard.Guard`): one that raises is reported and the
+  run goes on.
   """
   trainer, strategy = context.trainer, context.strategy
   config = context.params.trainer

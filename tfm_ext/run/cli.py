@@ -19,7 +19,8 @@ def main() -> None:
     sys.path.insert(0, os.getcwd())
   # pylint: disable=g-import-not-at-top
   from tfm_ext.base import startup
-  startup.begin()  # Signals exit 42, TensorFlow quiet (tfm_ext/run/startup.py).
+  # Signals exit 42, TensorFlow quiet (tfm_ext/base/startup.py).
+  startup.begin()
   from absl import app
   import tfm_ext.run.launcher
   startup.end()

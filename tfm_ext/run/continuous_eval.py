@@ -36,8 +36,8 @@ while the claim is renewed. Each round claims this evaluator's share of
 what is waiting in one settle, so that an evaluator keeps up with a trainer
 that saves every second. An evaluator that died holding a claim stops
 renewing it; the claim is taken over once it has not changed for
-`claim_stale_seconds` (`tfm_ext.base.settings`) (at once, on the same host, when the
-claimant's process is gone). Every write of an evaluation is fenced by its
+`claim_stale_seconds` (`tfm_ext.base.settings`; at once, on the same host,
+when the claimant's process is gone). Every write of an evaluation is fenced by its
 claim (`Claims.check`): before the evaluator's `eval_end` (where TFM's
 trainer exports the best checkpoint), before Orbit writes the validation
 summaries and before the ledger record. One that was suspended past that
@@ -142,8 +142,8 @@ def evaluate_continuously(controller: orbit.Controller, *, model_dir: str,
       if ended:  # Else no more reads: what it knows is what it says.
         ledger.catch_up()
         _warn_unwatched(ledger, done.warned)
-      tally = eval_ledger.Tally.of(ledger.entries.values(), claims.owner, done.seen,
-                       done.listed, done.lost)
+      tally = eval_ledger.Tally.of(ledger.entries.values(), claims.owner,
+                                   done.seen, done.listed, done.lost)
       said = tally.line()
       (logging.warning if tally.missed else logging.info)("%s", said)
       print(said, flush=True)
@@ -229,8 +229,9 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
 
   Each write is fenced by the claim (`Claims.check`): one taken over
   while this evaluator evaluated (it was suspended past
-  `claim_stale_seconds` (`tfm_ext.base.settings`)) is left to the evaluator that took
-  it over, with a warning, and nothing of this evaluation is written.
+  `claim_stale_seconds`: `tfm_ext.base.settings`) is left to the
+  evaluator that took it over, with a warning, and nothing of this
+  evaluation is written.
   """
   # Another evaluator may have recorded it and let its claim go between
   # the ledger read and this claim.
@@ -255,14 +256,16 @@ def _evaluate_one(controller, claims, ledger, done, path, eval_steps, sleep):
     return None
 
 
-def _warn_unwatched(ledger: eval_ledger.EvalLedger, warned: Set[str]) -> Set[str]:
+def _warn_unwatched(ledger: eval_ledger.EvalLedger,
+                    warned: Set[str]) -> Set[str]:
   """Warns of the checkpoints the trainer rotated away unevaluated.
 
   Those its ledger records say no evaluator was present for
   (`UNWATCHED`), less `warned`; returns all it has warned of.
   """
   names = [e["checkpoint"] for e in ledger.entries.values()
-           if e.get("why") == eval_ledger.UNWATCHED and e["checkpoint"] not in warned]
+           if e.get("why") == eval_ledger.UNWATCHED
+           and e["checkpoint"] not in warned]
   if names:
     logging.warning(
         "%d checkpoint(s) were deleted by the trainer's max_to_keep while no "

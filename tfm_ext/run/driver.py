@@ -1,34 +1,47 @@
-"""Runs a job: one module from a checked request to an exit code.
+"""Runs a job: one module from a request to an exit code.
 
-    prepare(request) -> Plan       resolve and check; writes nothing
-    run(plan)                      the job: log file, signals, recovery,
-                                   the run summary, the end notification,
-                                   exit codes
-      execute(plan)                one attempt (again after a transient
-                                   error, `Recovery`):
-        with assembled(plan)       the trainer lease held (tfm_ext.model_dir.
-                                   lease) while the task, trainer, checkpoint
-                                   manager, summaries, actions and Orbit
-                                   controller are built and the mode runs
-          drive(plan, parts)       records the start (params.yaml,
-                                   training_starts/), runs the mode
-                                   (tfm_ext.run.modes: Orbit runs it),
-                                   records the end (training_complete.json,
-                                   metrics.csv, curves.png)
-          -> RunSummary            "completed", "preempted" or "failed"
+    main(make_request)            the launcher's: its flags make the request
+      job(make_plan)              one error boundary and one exit (failures.
+                                  boundary): what is raised is classified
+                                  once, printed as one paragraph, exited with
+        plan_for(request)         registrations imported; --list and
+                                  --print_config shown; else
+          prepare(request) -> Plan   the config built, every check made;
+                                     nothing written yet
+        _run(plan)                the log file, signals, in-process recovery
+          execute(plan)           one attempt (again after a transient error)
+            with assembled(plan)  the trainer lease held (tfm_ext.model_dir.
+                                  lease) while the parts are built (tfm_ext.
+                                  run.assembly) and the mode runs
+              drive(plan, parts)  params.yaml and training_starts/ written,
+                                  the mode run (tfm_ext.run.modes: Orbit runs
+                                  it), training_complete.json, metrics.csv
+              -> RunSummary       "completed", "preempted" or "failed"
+          _finish                 run_summary.json, the operative gin config
+      however it ends: the `end` notification, the log copied into a bucket,
+      a refused job's traces taken back; then the exit code
 
-`run` exits the process unless the run completed: 42 preempted (checkpoint
-saved, or nothing to save yet: a signal before the first step, or to an
-evaluator), 3 failed on its data (the last checkpoint intact), 4 its
-storage failed (a full disk, a lost permission), 2 bad input found only
-once running (`tfm_ext.base.failures`). Each writes the run summary
-(`run_summary.json`; `eval_summary.json` or `export_summary.json` for a
-mode that does not train) and the operative gin config first, when the run
-got that far, then sends the run's `end` notification
-(`tfm_ext.actions.notify`, however the run ended, in bounded time), and
-copies the log into a bucket `model_dir` last. `execute` and `drive` are
-for code that runs a plan in its own process (TFM's `run_experiment`,
-tests): they return the summary and exit nothing.
+A training mode, as Orbit's controller runs it, loop after loop:
+
+    trainer.train(n)        train_loop_begin; train_step x n, ending after
+                            the step in flight on a signal; train_loop_end
+    train actions           the lease proven, divergence recovery, TFM's
+                            (pruning, EMA), registered ones, the progress
+                            line, metrics.csv, notify; then save-and-stop on
+                            a signal or an action's stop
+    summaries; a checkpoint every trainer.checkpoint_interval, the lease
+    proven before each save
+    every validation_interval: trainer.evaluate (eval_begin; eval_step x m;
+      eval_reduce; eval_end, which exports the best checkpoints), the eval
+      actions (as above, then early stopping and the plateau), summaries
+
+Exits: 0 completed; 42 preempted (checkpoint saved, or nothing to save
+yet: a signal before the first step, or to an evaluator); 3 failed on its
+data (the last checkpoint intact); 4 its storage failed (a full disk, a
+lost permission); 2 bad input, before anything is written or once running
+(`tfm_ext.base.failures`); 1 a bug, with its traceback. `execute` and
+`drive` are for code that runs a plan in its own process (TFM's
+`run_experiment`, tests): they return the summary and exit nothing.
 """
 
 import contextlib
@@ -38,7 +51,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -53,6 +66,7 @@ from tfm_ext.actions import notify
 from tfm_ext.actions import plateau
 from tfm_ext.config import checks
 from tfm_ext.config import config_drift
+from tfm_ext.config import experiments
 from tfm_ext.base import settings
 from tfm_ext.training import input_files
 from tfm_ext.config import params as params_lib
@@ -68,6 +82,7 @@ from tfm_ext.model_dir import tfm_serving
 from tfm_ext.model_dir import usable
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
+from tfm_ext.run import listing
 from tfm_ext.base import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
@@ -82,11 +97,20 @@ from tfm_ext.base.logs import scalars
 
 @dataclasses.dataclass(frozen=True)
 class RunRequest:
-  """What to run: the operative config, the mode and where to write."""
+  """What to run: the operative config, the mode and where to write.
+
+  The config is `params`, or, where it is None, what `sources` and gin
+  describe: `prepare` builds it (the launcher's flags, `tfm_ext.launch`).
+  """
   experiment: str
   mode: str
   model_dir: str
-  params: config_definitions.ExperimentConfig
+  params: Optional[config_definitions.ExperimentConfig] = None
+  # The experiment, config files, overrides and flags `params` is built
+  # from, with the gin files and bindings parsed first.
+  sources: Optional[params_lib.ConfigSources] = None
+  gin_files: Sequence[str] = ()
+  gin_params: Sequence[str] = ()
   # time.time() when the process started, for time to first step and wall.
   start_time: float = dataclasses.field(default_factory=time.time)
   # Resume a model_dir whose params.yaml differs in more than cadence.
@@ -101,6 +125,14 @@ class RunRequest:
   # --input_type, --batch_size, --input_image_size: how `export` serves TFM's
   # vision tasks (`tfm_ext.model_dir.tfm_serving`).
   serving: tfm_serving.ServingOptions = tfm_serving.ServingOptions()
+  # In-process restarts after transient errors (`_with_recovery`): at most
+  # this many, the n-th after `restart_backoff_seconds * 2**(n-1)`.
+  max_restarts: int = 3
+  restart_backoff_seconds: float = 2.0
+  # Modules to import for their registrations (--registry).
+  registry: Sequence[str] = ()
+  # "list" (--list) or "config" (--print_config): shows it, runs nothing.
+  show: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,46 +144,35 @@ class Plan:
   strategy: tf.distribute.Strategy
 
 
-def request_for(sources: params_lib.ConfigSources, *, mode: str,
-                model_dir: str, gin_files=(), gin_params=(),
-                **fields) -> RunRequest:
-  """The `RunRequest` of `mode` for what `sources` describe, in `model_dir`.
-
-  The operative config: gin parsed, then files, overrides and flags
-  (`params.build`); an evaluator's is its trainer's (`params.yaml`, waited
-  for beside a trainer that may not have started yet), and it is present
-  for the trainer's retention from here on. `fields` are the request's
-  others. The launcher's flags and `tfm_ext.launch` both come here.
-  """
-  mode_of = modes.get_mode(mode)
-  model_dir = os.path.expanduser(model_dir)
-  # What fails from here on may be a file of it (`failures.classify`).
-  failures.set_run(model_dir=model_dir)
-  # Before anything reads or writes it (an evaluator reads params.yaml).
-  with failures.phase("model_dir", model_dir):
-    usable.check_usable(model_dir)
-  params_lib.parse_gin(gin_files, gin_params)
-  params = params_lib.build(sources)
-  if mode_of.waits_for_trainer:
-    # An evaluator beside a trainer is present from its start: the trainer
-    # keeps each checkpoint for it while it waits and builds.
-    with failures.phase("model_dir", model_dir):
-      eval_claims.announce(model_dir)
-  if not mode_of.trains:
-    params = params_lib.follow_trainer(sources, params, model_dir,
-                                       wait=mode_of.waits_for_trainer)
-  return RunRequest(experiment=sources.experiment, mode=mode,
-                    model_dir=model_dir, params=params, **fields)
+def build_params(request: RunRequest) -> config_definitions.ExperimentConfig:
+  """The operative config `request.sources` and its gin describe: gin
+  parsed, then files, overrides and flags (`params.build`)."""
+  params_lib.parse_gin(request.gin_files, request.gin_params)
+  return params_lib.build(request.sources)
 
 
 def prepare(request: RunRequest) -> Plan:
-  """Resolves and checks `request`; raises `UsageError`, writes nothing."""
+  """Resolves and checks `request`; raises `UsageError`, writes nothing.
+
+  Without `params`, the operative config is built here (`build_params`);
+  an evaluator's is its trainer's (`params.yaml`, waited for beside a
+  trainer that may not have started yet), and the evaluator is present
+  for the trainer's retention from then on.
+  """
   settings.load()
-  params = request.params
   mode = modes.get_mode(request.mode)
-  failures.set_run(model_dir=request.model_dir, params=params)
+  request = dataclasses.replace(
+      request, model_dir=os.path.expanduser(request.model_dir))
+  # What fails from here on may be a file of it (`failures.classify`).
+  failures.set_run(model_dir=request.model_dir, params=request.params)
+  # Before anything reads or writes it (an evaluator reads params.yaml).
   with failures.phase("model_dir", request.model_dir):
     usable.check_usable(request.model_dir)
+  if request.params is None:
+    request = dataclasses.replace(request, params=_operative_params(
+        request, mode))
+  params = request.params
+  failures.set_run(params=params)
   trainer_cls = trainers.get_trainer(params.trainer.name)
   checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
   notify.check_url(notify.url_of(request))
@@ -173,15 +194,7 @@ def prepare(request: RunRequest) -> Plan:
   if mode.trains:
     config_drift.check_unchanged(params, request.model_dir,
                                  request.allow_config_change)
-  export_flags = ([f"--checkpoint_path={request.checkpoint_path}"]
-                  if request.checkpoint_path else []) + request.serving.given
-  if export_flags and mode is not modes.MODES["export"]:
-    raise UsageError(f"{' '.join(export_flags)}: for --mode=export, not "
-                     f"--mode={request.mode}.")
-  if request.checkpoint_path:
-    export.checkpoint_to_export(
-        request.model_dir, params.trainer.best_checkpoint_export_subdir,
-        request.checkpoint_path)
+  _check_export_flags(request, mode)
   # Before any trace (a relaunch converts nothing), after every refusal (a
   # refused job writes nothing, the cache's folder included).
   autograph_cache.install()
@@ -189,62 +202,166 @@ def prepare(request: RunRequest) -> Plan:
               strategy=strategy)
 
 
-@dataclasses.dataclass(frozen=True)
-class Recovery:
-  """In-process recovery from transient errors."""
-  max_restarts: int = 3
-  backoff_seconds: float = 2.0
+
+def _check_export_flags(request: RunRequest, mode: modes.Mode) -> None:
+  """Refuses export's flags for another mode, and a checkpoint to export
+  that is not there."""
+  export_flags = ([f"--checkpoint_path={request.checkpoint_path}"]
+                  if request.checkpoint_path else []) + request.serving.given
+  if export_flags and mode is not modes.MODES["export"]:
+    raise UsageError(f"{' '.join(export_flags)}: for --mode=export, not "
+                     f"--mode={request.mode}.")
+  if request.checkpoint_path:
+    export.checkpoint_to_export(
+        request.model_dir,
+        request.params.trainer.best_checkpoint_export_subdir,
+        request.checkpoint_path)
 
 
+def _operative_params(request: RunRequest, mode: modes.Mode):
+  """`build_params`; an evaluator's followed from its trainer's."""
+  params = build_params(request)
+  if mode.waits_for_trainer:
+    # An evaluator beside a trainer is present from its start: the trainer
+    # keeps each checkpoint for it while it waits and builds.
+    with failures.phase("model_dir", request.model_dir):
+      eval_claims.announce(request.model_dir)
+  if not mode.trains:
+    params = params_lib.follow_trainer(request.sources, params,
+                                       request.model_dir,
+                                       wait=mode.waits_for_trainer)
+  return params
 
 
-def run(plan: Plan, recovery: Recovery = Recovery()) -> RunSummary:
-  """Runs a `prepare`d plan as a job; returns its summary or exits.
+def main(make_request: Callable[[], RunRequest]) -> Optional[RunSummary]:
+  """The launcher's job: the request made, checked and run; one `done` line.
 
-  Inside the run's error boundary (`tfm_ext.base.failures.boundary`), so
-  what it raises is classified, and logged, before the log is copied into
-  a bucket.
+  `make_request` turns the command line into a request inside the job's
+  error boundary, so a bad flag is refused as any input is (exit 2).
   """
-  request = plan.request
-  chief = strategies.is_chief_process()
-  with failures.boundary(), failures.phase("model_dir", request.model_dir):
-    # What a refused job takes back: it leaves the model_dir as it was.
-    traces = files.Traces(request.model_dir) if chief else None
-    # Non-chief workers keep their logs out of model_dir (absl's default
-    # dir). A `logs` there that is no directory is the user's, named.
-    save_log = log_files.log_to_files(request.model_dir if chief else None)
-  failures.set_run(log_file=logging.get_log_file_name() or "the console")
-  notifier = notify.for_request(request, chief)
-  summary = None
+  failures.reset()
+  return job(lambda: plan_for(make_request()), say_done=True)
+
+
+def plan_for(request: RunRequest) -> Optional[Plan]:
+  """The registrations imported, then the plan; None where the request only
+  shows something (`--list`, `--print_config`) and writes nothing."""
+  experiments.import_registries(request.registry)
+  # Before gin is parsed: stock has imported them, and a binding may name
+  # their configurables.
+  if request.experiment or request.gin_files or request.gin_params:
+    experiments.register_for(
+        request.experiment or "",
+        gin_given=bool(request.gin_files or request.gin_params))
+  if request.show == "list":
+    print(listing.registered(), end="")
+    return None
+  if request.show == "config":
+    if not request.experiment:
+      raise UsageError("--print_config needs --experiment.")
+    print(params_file.dump(build_params(request).as_dict()), end="")
+    return None
+  missing = [f"--{name}" for name in ("experiment", "mode", "model_dir")
+             if not getattr(request, name)]
+  if missing:
+    raise UsageError(f"Missing required flags: {', '.join(missing)}. "
+                     "(--list shows what is registered.)")
+  return prepare(request)
+
+
+def run(plan: Plan) -> RunSummary:
+  """Runs a `prepare`d plan as a job (`job`); returns its summary or exits."""
+  return job(lambda: plan)
+
+
+def job(make_plan: Callable[[], Optional[Plan]],
+        say_done: bool = False) -> Optional[RunSummary]:
+  """Runs the plan `make_plan` makes as a job; its summary, or it exits.
+
+  The job's one error boundary (`tfm_ext.base.failures.boundary`) holds
+  all of it, from the plan to the run's outcome: what is raised is
+  classified there and exits with its code, after it is logged and before
+  the log is copied into a bucket. None: nothing to run. `say_done`
+  prints the `done |` line of a run that completed.
+  """
+  ending = _Ending()
   try:
-    # Once the outcome is written, signals are ignored: Python's exit
-    # would die of one (143) on its way to the run's exit code.
-    with failures.boundary(), preemption.SignalWatcher(
-        ignore_after=True) as watcher:
-      try:
-        summary = _with_recovery(plan, recovery, watcher, notifier)
-      except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
-        exit_with(e, EXIT_PREEMPTED, "preempted")
-      _finish(request, plan.mode, summary)
-    if summary.status == "preempted":
-      exit_with(summary.message, EXIT_PREEMPTED, "preempted")
-    if summary.status == "failed":
-      exit_with(summary.message, summary.exit_code or RunFailed.EXIT_CODE)
-    return summary
+    with failures.boundary():
+      settings.load()
+      plan = make_plan()
+      summary = None if plan is None else _run(plan, ending)
   finally:
-    # Every way out passes here (the exits above are SystemExit, a second
-    # signal a KeyboardInterrupt); only SIGKILL skips it.
-    ended = sys.exc_info()[1]
-    notify.run_ended(notifier, summary, ended)
+    # Every way out passes here (an exit is a SystemExit, a second signal
+    # a KeyboardInterrupt); only SIGKILL skips it.
+    ending.close(sys.exc_info()[1])
+  if summary is not None and say_done:
+    _say_done(plan, summary)
+  return summary
+
+
+def _say_done(plan: Plan, summary: RunSummary) -> None:
+  path = run_summary.path(plan.request.model_dir, plan.mode)
+  best = summary.best
+  best = (f" | best {best['metric']} {best['value']:.4g} @ step "
+          f"{best['global_step']}: {best['path']}" if best else "")
+  written = f" | summary {path}" if summary.chief else ""
+  print(f"done | {summary.mode} | step {summary.global_step} | "
+        f"{summary.wall_seconds:.1f}s{best}{written}")
+
+
+class _Ending:
+  """What the job's end does, however it ends: the `end` notification,
+  the log kept (copied into a bucket), a refused job's traces taken back."""
+
+  def __init__(self):
+    self.notifier: Optional[notify.Notifier] = None
+    self.summary: Optional[RunSummary] = None
+    self.traces: Optional[files.Traces] = None
+    self.save_log: Callable[..., list] = lambda keep=True: []
+
+  def close(self, ended: Optional[BaseException]) -> None:
+    notify.run_ended(self.notifier, self.summary, ended)
     # A classified failure exits from the error boundary, saying whether
     # it is a refusal (a lease lost, even where it explains another error,
-    # is not); a job refused before that, by `exit_with`, is.
+    # is not).
     refused = (isinstance(ended, SystemExit)
-               and ended.code == UsageError.EXIT_CODE and summary is None
-               and getattr(ended, "refusal", True))
-    own = save_log(keep=not refused)
-    if refused and traces:
-      traces.take_back(own)
+               and ended.code == UsageError.EXIT_CODE
+               and self.summary is None and getattr(ended, "refusal", True))
+    own = self.save_log(keep=not refused)
+    if refused and self.traces:
+      self.traces.take_back(own)
+
+
+def _run(plan: Plan, ending: _Ending) -> RunSummary:
+  """The run of `plan`: its log file, signals, recovery and summary."""
+  request = plan.request
+  chief = strategies.is_chief_process()
+  with failures.phase("model_dir", request.model_dir):
+    # What a refused job takes back: it leaves the model_dir as it was.
+    ending.traces = files.Traces(request.model_dir) if chief else None
+    # Non-chief workers keep their logs out of model_dir (absl's default
+    # dir). A `logs` there that is no directory is the user's, named.
+    ending.save_log = log_files.log_to_files(
+        request.model_dir if chief else None)
+  failures.set_run(log_file=logging.get_log_file_name() or "the console")
+  ending.notifier = notify.for_request(request, chief)
+  # Once the outcome is written, signals are ignored: Python's exit
+  # would die of one (143) on its way to the run's exit code.
+  with preemption.SignalWatcher(ignore_after=True) as watcher:
+    try:
+      summary = ending.summary = _with_recovery(plan, watcher,
+                                                ending.notifier)
+    except preemption.StartUpInterrupted as e:  # Nothing written: no summary.
+      raise failures.Ended(failures.Failure(EXIT_PREEMPTED, str(e),
+                                            "preempted")) from None
+    _finish(request, plan.mode, summary)
+  if summary.status == "preempted":
+    raise failures.Ended(failures.Failure(EXIT_PREEMPTED, summary.message,
+                                          "preempted"))
+  if summary.status == "failed":
+    raise failures.Ended(failures.Failure(
+        summary.exit_code or RunFailed.EXIT_CODE, summary.message))
+  return summary
 
 
 def _finish(request: RunRequest, mode: modes.Mode,
@@ -275,20 +392,15 @@ def _finish(request: RunRequest, mode: modes.Mode,
   std_logging.raiseExceptions = False
 
 
-def exit_with(error: object, code: int, kind: str = "error") -> None:
-  """Prints `kind: error` as one paragraph on stderr and exits with `code`."""
-  failures.report(failures.Failure(code, str(error), kind))
-  sys.exit(code)
-
-
-def _with_recovery(plan: Plan, recovery: Recovery,
+def _with_recovery(plan: Plan,
                    watcher: preemption.SignalWatcher,
                    notifier: Optional[notify.Notifier],
                    sleep=time.sleep) -> RunSummary:
   """`execute`s `plan`, rebuilding and resuming after transient errors.
 
-  Restarts at most `recovery.max_restarts` times, waiting
-  `backoff_seconds * 2**n` before the n-th, each logged with its cause.
+  Restarts at most `max_restarts` times, waiting
+  `restart_backoff_seconds * 2**(n-1)` before the n-th, each logged with
+  its cause.
   """
   restarts = 0
   while True:
@@ -302,13 +414,13 @@ def _with_recovery(plan: Plan, recovery: Recovery,
       # multi-worker job exits and its cluster manager restarts it.
       if strategies.is_multi_worker(plan.strategy):
         logging.info("A worker of the cluster was lost.", exc_info=True)
-        lost = failures.peer_lost(e)
-        exit_with(lost.message, lost.code)
-      if restarts >= recovery.max_restarts:
+        raise failures.Ended(failures.peer_lost(e)) from None
+      max_restarts = plan.request.max_restarts
+      if restarts >= max_restarts:
         raise
       restarts += 1
-      delay = recovery.backoff_seconds * 2 ** (restarts - 1)
-      message = (f"restart {restarts}/{recovery.max_restarts} after "
+      delay = plan.request.restart_backoff_seconds * 2 ** (restarts - 1)
+      message = (f"restart {restarts}/{max_restarts} after "
                  f"{type(e).__name__}: {str(e).splitlines()[0]}; resuming "
                  f"from the latest checkpoint in {delay:.1f}s")
       logging.warning(message)
@@ -505,7 +617,8 @@ def _ended(plan: Plan, parts: assembly.Parts, resumes: int,
     raise error
   if failure.code == UsageError.EXIT_CODE and not (
       mode.trains or mode.stops_on_signal):
-    raise error  # Refused: an `eval` or `export` that wrote nothing records none.
+    # Refused: an `eval` or `export` that wrote nothing records none.
+    raise error
   logging.info("The run failed.", exc_info=True)  # The log file only.
   return summarize(plan, parts, resumes, "failed", failure.message,
                    exit_code=failure.code)

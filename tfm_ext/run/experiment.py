@@ -47,7 +47,6 @@ from official.core import base_trainer
 from official.core import config_definitions
 
 from tfm_ext.base import settings
-from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
 from tfm_ext.base.errors import RunFailed
 from tfm_ext.base.errors import UsageError
@@ -156,19 +155,17 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
   # The embedded default is always registered, as the launcher has it.
   from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
   failures.reset()
+  request = driver.RunRequest(
+      experiment=experiment, mode=mode, model_dir=model_dir,
+      sources=params_lib.ConfigSources(
+          experiment=experiment, config_files=tuple(config_files),
+          params_override=params_override, trainer=trainer),
+      gin_files=tuple(gin_files), gin_params=tuple(gin_params),
+      registry=tuple(registry), allow_config_change=allow_config_change,
+      checkpoint_path=checkpoint_path)
   try:
     settings.load()
-    experiments.import_registries(registry)
-    experiments.register_for(experiment,
-                             gin_given=bool(gin_files or gin_params))
-    request = driver.request_for(
-        params_lib.ConfigSources(
-            experiment=experiment, config_files=tuple(config_files),
-            params_override=params_override, trainer=trainer),
-        mode=mode, model_dir=model_dir, gin_files=gin_files,
-        gin_params=gin_params, allow_config_change=allow_config_change,
-        checkpoint_path=checkpoint_path)
-    plan = driver.prepare(request)
+    plan = driver.plan_for(request)
   except UsageError as e:
     e.exit_code = UsageError.EXIT_CODE
     raise

@@ -38,23 +38,13 @@ from absl import flags
 from absl import logging
 
 from official.common import flags as tfm_flags
-from official.core import exp_factory
-from official.core import task_factory
 
-from tfm_ext import actions
-from tfm_ext.base import settings
-from tfm_ext.config import experiments
 from tfm_ext.config import params as params_lib
-from tfm_ext.model_dir import params_file
-from tfm_ext.base.errors import UsageError
 from tfm_ext.examples import digits_convnet  # pylint: disable=unused-import
 from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import driver
-from tfm_ext.base import failures
 from tfm_ext.run import modes
-from tfm_ext.training import models
-from tfm_ext.training import trainers
 from tfm_ext.model_dir import log_files
 
 startup.end()
@@ -157,37 +147,6 @@ for _name in ("help", "helpshort", "helpfull", "helpxml"):
 UNREAD_TFM_FLAGS = ("tpu_platform", "tfhub_handle", "tflex_output_uri")
 
 
-def _first_line(obj) -> str:
-  doc = (getattr(obj, "__doc__", None) or "").strip()
-  return doc.splitlines()[0] if doc else ""
-
-
-def registered() -> str:
-  """What is registered (experiments, tasks, trainers, models, actions)."""
-  experiments.load_defaults()
-  # pylint: disable=protected-access
-  configs = exp_factory._REGISTERED_CONFIGS
-  tasks = {cls.__name__: cls
-           for cls in task_factory._REGISTERED_TASK_CLS.values()}
-  # pylint: enable=protected-access
-  sections = [("experiments", {n: configs[n] for n in experiments.names()}),
-              ("tasks", tasks),
-              # Without loading a lazily registered one (its dependency).
-              ("trainers", trainers.TRAINERS.entries()),
-              ("models", {n: models.MODELS.get(n)
-                          for n in models.MODELS.names()}),
-              ("actions", {f"{n} ({phase})": actions.ACTIONS[phase].get(n)
-                           for phase in actions.PHASES
-                           for n in actions.ACTIONS[phase].names()})]
-  lines = []
-  for title, entries in sections:
-    width = max(map(len, entries), default=0)
-    lines.append(f"{title}:")
-    lines += [f"  {name:<{width}}  {_first_line(obj)}".rstrip()
-              for name, obj in sorted(entries.items())] or ["  (none)"]
-  return "\n".join(lines) + "\n"
-
-
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
@@ -196,51 +155,25 @@ def main(argv) -> None:
   startup.install_signals()
   startup.install_console()
   log_files.hold_log()
-  failures.reset()
-  with failures.boundary():
-    settings.load()
-    params_lib.check_command_line(sys.argv[1:], FLAGS)
-    experiments.import_registries(FLAGS.registry)
-    # Before gin is parsed: stock has imported them, and a binding may name
-    # their configurables.
-    if FLAGS.experiment or FLAGS.gin_file or FLAGS.gin_params:
-      experiments.register_for(FLAGS.experiment or "",
-                               gin_given=bool(FLAGS.gin_file or FLAGS.gin_params))
-    if FLAGS.list:
-      print(registered(), end="")
-      return
-    if FLAGS.print_config:
-      if not FLAGS.experiment:
-        raise UsageError("--print_config needs --experiment.")
-      params_lib.parse_gin(FLAGS.gin_file, FLAGS.gin_params)
-      print(params_file.dump(params_lib.build(_sources()).as_dict()), end="")
-      return
-    plan = driver.prepare(_request())
-  summary = driver.run(plan, driver.Recovery(
-      max_restarts=FLAGS.max_restarts,
-      backoff_seconds=FLAGS.restart_backoff_seconds))
-  path = run_summary.path(plan.request.model_dir, plan.mode)
-  best = summary.best
-  best = (f" | best {best['metric']} {best['value']:.4g} @ step "
-          f"{best['global_step']}: {best['path']}" if best else "")
-  written = f" | summary {path}" if summary.chief else ""
-  print(f"done | {summary.mode} | step {summary.global_step} | "
-        f"{summary.wall_seconds:.1f}s{best}{written}")
+  driver.main(_request)
 
 
 def _request() -> driver.RunRequest:
-  missing = [name for name in ("experiment", "mode", "model_dir")
-             if not FLAGS[name].value]
-  if missing:
-    raise UsageError("Missing required flags: " + ", ".join(
-        f"--{m}" for m in missing) + ". (--list shows what is registered.)")
+  """The request the flags make (in the job's error boundary)."""
+  params_lib.check_command_line(sys.argv[1:], FLAGS)
+  shown = "list" if FLAGS.list else "config" if FLAGS.print_config else ""
+  given = dict(
+      experiment=FLAGS.experiment or "", sources=_sources(),
+      gin_files=FLAGS.gin_file or (), gin_params=FLAGS.gin_params or (),
+      registry=FLAGS.registry or (), show=shown)
+  if shown:
+    return driver.RunRequest(mode="", model_dir="", **given)
   for name in UNREAD_TFM_FLAGS:
     if FLAGS[name].value:
       logging.warning("--%s=%s has no effect: TFM's train.py does not read "
                       "it either.", name, FLAGS[name].value)
-  return driver.request_for(
-      _sources(), mode=FLAGS.mode, model_dir=FLAGS.model_dir,
-      gin_files=FLAGS.gin_file, gin_params=FLAGS.gin_params,
+  return driver.RunRequest(
+      mode=FLAGS.mode or "", model_dir=FLAGS.model_dir or "",
       start_time=run_summary.process_start_time(),
       allow_config_change=FLAGS.allow_config_change,
       enable_async_checkpointing=FLAGS.enable_async_checkpointing,
@@ -248,7 +181,10 @@ def _request() -> driver.RunRequest:
       checkpoint_path=FLAGS.checkpoint_path or "",
       serving=tfm_serving.ServingOptions.from_flags(
           input_type=FLAGS.input_type, batch_size=FLAGS.batch_size,
-          input_image_size=FLAGS.input_image_size))
+          input_image_size=FLAGS.input_image_size),
+      max_restarts=FLAGS.max_restarts,
+      restart_backoff_seconds=FLAGS.restart_backoff_seconds,
+      **given)
 
 
 def _sources() -> params_lib.ConfigSources:

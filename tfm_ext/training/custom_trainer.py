@@ -77,8 +77,9 @@ class CustomTrainer(base_trainer.Trainer):
       CPUs, where the input shares the cores with the model
       (`inputs.input_threads`).
     * Before it builds them, it checks the TFRecord files they read
-      (`tfm_ext.training.input_files`: a file cut short is exit 3 naming it, where
-      TensorFlow would read part of it without a word), and an evaluation
+      (`tfm_ext.training.input_files`: a file cut short is exit 3 naming
+      it, where TensorFlow would read part of it without a word), and an
+      evaluation
       that reads no batch raises `tfm_ext.training.eval_count.EmptyEvaluation`
       instead of reporting metrics over nothing (`eval_count.watch`).
   """

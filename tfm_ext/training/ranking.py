@@ -21,7 +21,8 @@ everything else. `registry_imports.py` imports this module for
 `launchers/train.py`; `tfm-ext-train` takes `--registry=tfm_ext.training.ranking`.
 
 With `task.use_synthetic_data=true` the task makes its data and reads no
-`input_path`; the input files are not checked then (`tfm_ext.training.input_files`).
+`input_path`; the input files are not checked then
+(`tfm_ext.training.input_files`).
 """
 
 from official.core import task_factory
