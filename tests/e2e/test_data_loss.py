@@ -351,7 +351,7 @@ def test_stalled_evaluator_whose_claim_was_taken_over_records_nothing(
                        model_dir=model_dir, env=CLAIM_ENV)
   # It evaluates ckpt-10, then claims ckpt-20 (the final step), and is
   # stopped in the middle of that evaluation: once it has renewed the claim
-  # twice (a second into it), or 3 s after the claim's settle time.
+  # twice (a second into it), or 4 s after it was claimed.
   _wait_for(lambda: _claim(model_dir, "ckpt-20").get("pid") == first.proc.pid
             or first.proc.poll() is not None, 180, "a claim on ckpt-20")
   claimed = time.monotonic()

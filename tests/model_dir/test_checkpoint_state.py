@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import eval_claims
 from tfm_ext.model_dir import eval_ledger
 from tfm_ext.base import settings
@@ -168,9 +169,7 @@ def test_a_damaged_state_file_without_checkpoints_is_refused(tmp_path):
   assert checkpoint_state.repair(str(tmp_path / "new")) is None  # Fresh.
 
 
-def test_racing_evaluators_win_each_claim_once(monkeypatch):
-  # Still far longer than a claim's read-to-write gap in one process.
-  monkeypatch.setattr(eval_claims, "CLAIM_SETTLE_SECONDS", 0.3)
+def test_racing_evaluators_win_each_claim_once():
   model_dir = f"ram://{uuid.uuid4().hex}"
   names = [f"{model_dir}/ckpt-{step}" for step in range(10, 60, 10)]
   won = {name: [] for name in names}
@@ -304,19 +303,54 @@ def test_a_process_forked_after_the_import_is_another_evaluator():
   assert eval_claims.process_owner() == parent  # Stable within a process.
 
 
-def test_a_claim_written_over_within_the_settle_time_is_lost(tmp_path):
-  # Another evaluator that also found no claim writes its own while this
-  # one waits: the later write wins.
+def write_bid(model_dir, owner, token, name="ckpt-10"):
+  """A bid of evaluator `owner` (this process) standing on `name`."""
+  bids = os.path.join(model_dir, eval_claims.BIDS)
+  os.makedirs(bids, exist_ok=True)
+  path = os.path.join(bids, f"{name}.{token}.json")
+  with open(path, "w") as f:
+    json.dump({"checkpoint": name, "owner": owner, "token": token,
+               **claim.Process.this().fields(), "renewals": 0}, f)
+  return path
+
+
+def test_a_smaller_bid_standing_at_once_wins_and_the_other_withdraws(
+    tmp_path):
+  # Another evaluator bid for ckpt-10 at the same time, with the smaller
+  # token: this one withdraws, writing no claim; once that bid is gone
+  # (decided), this one bids again and wins.
+  path = f"{tmp_path}/ckpt-10"
+  other = write_bid(str(tmp_path), "b", "0" * 16)
+  first = eval_claims.Claims(str(tmp_path), owner="a",
+                             sleep=lambda _: pytest.fail("waited"))
+  assert not first.acquire(path)
+  assert not os.path.exists(os.path.join(tmp_path, eval_claims.CLAIMS))
+  assert os.listdir(os.path.join(tmp_path, eval_claims.BIDS)) == [
+      os.path.basename(other)]  # Its own bid withdrawn.
+  os.remove(other)
+  assert first.acquire(path)
+  assert claim_owner(tmp_path) == "a"
+
+
+def test_a_larger_bid_that_won_first_keeps_the_claim(tmp_path):
+  # Another evaluator listed the bids before this one's was written: it
+  # won and writes its claim while its bid stands. This one, with the
+  # smaller token, waits for that bid to go, then finds the claim taken.
   path = f"{tmp_path}/ckpt-10"
   other = eval_claims.Claims(str(tmp_path), owner="b")
+  bid = write_bid(str(tmp_path), "b", "f" * 16)
+  waits = []
 
-  def settle(seconds):
-    assert seconds == eval_claims.CLAIM_SETTLE_SECONDS
+  def wait(seconds):
+    waits.append(seconds)
+    other._tokens["ckpt-10"] = "f" * 16  # pylint: disable=protected-access
     other._write("ckpt-10", renewals=0)  # pylint: disable=protected-access
+    os.remove(bid)  # Decided: its claim written first.
 
-  first = eval_claims.Claims(str(tmp_path), owner="a", sleep=settle)
+  first = eval_claims.Claims(str(tmp_path), owner="a", sleep=wait)
   assert not first.acquire(path)
-  assert claim_owner(tmp_path) == "b"
+  assert waits == [eval_claims.BID_POLL_SECONDS]
+  assert claim_owner(tmp_path) == "b" and other.holds(path)
 
 
 # -- Launcher runs ---------------------------------------------------------

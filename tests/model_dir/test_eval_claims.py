@@ -1,7 +1,8 @@
-"""Claims won a batch at a time, and a presence from the evaluator's start.
+"""Claims won without waiting, and a presence from the evaluator's start.
 
-The evaluator's loop (`tfm_ext.run.continuous_eval`) claims what waits in
-one settle and renews each claim until it releases it; the launcher makes
+The evaluator's loop (`tfm_ext.run.continuous_eval`) claims what waits,
+bidding for each checkpoint as the trainer lease is taken, and renews
+each claim until it releases it; the launcher makes
 an evaluator present before it builds anything, and its loop takes that
 presence over (end to end: tests/e2e/test_evaluator_sees_every_checkpoint.py).
 """
@@ -20,19 +21,19 @@ def claims_of(model_dir):
   return sorted(os.listdir(os.path.join(model_dir, eval_claims.CLAIMS)))
 
 
-def test_a_batch_of_claims_settles_once_and_skips_live_claims(tmp_path):
+def test_a_batch_of_claims_waits_for_nothing_and_skips_live_claims(tmp_path):
   model_dir = str(tmp_path)
   paths = [f"{model_dir}/ckpt-{step}" for step in range(10, 60, 10)]
-  settles = []
-  other = eval_claims.Claims(model_dir, owner="b", sleep=settles.append)
+  waits = []
+  other = eval_claims.Claims(model_dir, owner="b", sleep=waits.append)
   assert other.acquire(paths[1])
-  first = eval_claims.Claims(model_dir, owner="a", sleep=settles.append)
-  settles.clear()
+  first = eval_claims.Claims(model_dir, owner="a", sleep=waits.append)
   # At most three, in order, around the live claim on ckpt-20.
   assert first.acquire_each(paths, limit=3) == [paths[0], paths[2], paths[3]]
-  assert settles == [eval_claims.CLAIM_SETTLE_SECONDS]  # One for the batch.
-  assert first.acquire_each(paths[1:2]) == []  # No settle: none written.
-  assert len(settles) == 1
+  assert first.acquire_each(paths[1:2]) == []  # Another's, live.
+  assert not waits  # Uncontested bids wait for nothing (no settle time).
+  # Each bid is gone once decided.
+  assert os.listdir(os.path.join(model_dir, eval_claims.BIDS)) == []
   assert claims_of(model_dir) == ["ckpt-10.json", "ckpt-20.json",
                                   "ckpt-30.json", "ckpt-40.json"]
 

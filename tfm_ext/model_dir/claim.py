@@ -1,10 +1,11 @@
 """A record one process owns in model_dir: how it is written, renewed and judged.
 
 tfm_ext keeps several small JSON records in `model_dir`, each owned by one
-process while it runs: the trainer lease and its claims (`tfm_ext.model_dir.lease`),
-an evaluator's claim on a checkpoint and its presence
-(`tfm_ext.model_dir.eval_claims`). An interrupted export names its partial copy after
-its owner the same way (`tfm_ext.model_dir.export`). They are one mechanism:
+process while it runs: the trainer lease and its claims
+(`tfm_ext.model_dir.lease`), an evaluator's claim on a checkpoint, its bids
+and its presence (`tfm_ext.model_dir.eval_claims`). An interrupted export
+names its partial copy after its owner the same way
+(`tfm_ext.model_dir.export`). They are one mechanism:
 
 * the owner is a `Process`: its host, its pid, its pid space (kernel
   boot and pid namespace), where the pid names one process, and its start
@@ -32,10 +33,15 @@ its owner the same way (`tfm_ext.model_dir.export`). They are one mechanism:
     never a wall-clock stamp with the reader's clock). A reader that just
     started has seen nothing yet: it watches for `stale_seconds` first.
 
-  A record that does not read whole is no record.
+  A record that does not read whole is no record;
+* a record only one process may take (the trainer lease, an evaluator's
+  claim on a checkpoint) is won by bids, with no timing assumption: each
+  contender writes a bid of its own (a new object), lists the others
+  (`bids`), and the smallest live token wins; the others withdraw.
 
 What each record means, who may take it over and what fences its owner's
-writes is its user's: `tfm_ext.model_dir.lease`, `tfm_ext.model_dir.eval_claims`.
+writes is its user's: `tfm_ext.model_dir.lease`,
+`tfm_ext.model_dir.eval_claims`.
 """
 
 import dataclasses
@@ -45,7 +51,7 @@ import math
 import os
 import socket
 import threading
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -269,6 +275,39 @@ def read(path: str, required: files.Required) -> Optional[Dict[str, Any]]:
   if "pid" in required and record["pid"] <= 0:
     raise files.Damaged(f"{path} is damaged: pid={record['pid']}")
   return record
+
+
+def bids(directory: str, prefix: str, mine: str,
+         read: Callable[[str], Optional[Dict[str, Any]]]
+         ) -> List[Dict[str, Any]]:
+  """The bids in `directory` named `<prefix><token>.json` but `mine`.
+
+  How a record is taken with no timing assumption (the trainer lease's
+  `trainer_lease_claims/`, an evaluator's `eval_claim_bids/`): each
+  contender writes a bid of its own, a new object, then lists the others;
+  the smallest live token wins. Each bid is what `read` reads at its path
+  (None: gone since the listing, or not whole), with its `token` and
+  `path`.
+  """
+  try:
+    names = tf.io.gfile.listdir(directory)
+  except tf.errors.NotFoundError:
+    return []
+  found = []
+  for name in sorted(names):
+    path = os.path.join(directory, name)
+    # A local temp file (`<bid>.tmp<hex>`) is a bid not yet written.
+    if (path == mine or not name.startswith(prefix)
+        or not name.endswith(_BID_SUFFIX)):
+      continue
+    record = read(path)
+    if record is not None:
+      found.append(dict(record, token=name[len(prefix):-len(_BID_SUFFIX)],
+                        path=path))
+  return found
+
+
+_BID_SUFFIX = ".json"
 
 
 def remove(path: str) -> None:

@@ -12,14 +12,15 @@ own, and before each write of the checkpoint's evaluation (its best
 checkpoint, its summaries, its record) the evaluator reads the claim back
 and finds its owner and that token (`holds`, `check`). An evaluator that
 was suspended (SIGSTOP, a paused VM) longer than `claim_stale_seconds`
-(`tfm_ext.base.settings`) while evaluating, whose claim another evaluator took over, then recorded
-and maybe released, finds another owner, another token, or no claim at
-all, and writes nothing more of it (`ClaimLost`); nor does it renew a claim
-that is no longer its own. Claims are won a batch at a time
-(`acquire_each`): one settle for several checkpoints. What
-stays open is the time between that read and the write it guards
-(milliseconds), as for the trainer lease (`tfm_ext.model_dir.lease`): an object store
-has no conditional write to close it.
+(`tfm_ext.base.settings`) while evaluating, whose claim another
+evaluator took over, then recorded and maybe released, finds another
+owner, another token, or no claim at all, and writes nothing more of it
+(`ClaimLost`); nor does it renew a claim that is no longer its own. A
+claim is won as the trainer lease is (`Claims`: bids, the smallest live
+token wins), with no timing assumption. What stays open is the time
+between that read and the write it guards (milliseconds), as for the
+trainer lease (`tfm_ext.model_dir.lease`): an object store has no
+conditional write to close it.
 
 An evaluator is also present on the model_dir from its start, before it
 waits for its trainer or builds anything (`announce`), until its loop ends
@@ -64,9 +65,12 @@ from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
 
 CLAIMS = "eval_claims"
-# A claim is written, then read back this much later: longer than any
-# evaluator takes from reading a claim to writing its own (see `Claims`).
-CLAIM_SETTLE_SECONDS = 1.0
+# Where evaluators that want the same checkpoint bid for it at once:
+# `<checkpoint>.<token>.json`, each written once and deleted once decided.
+BIDS = "eval_claim_bids"
+# How often a bid with the smallest token lists the bids again while
+# larger ones are still there (they withdraw as soon as they see it).
+BID_POLL_SECONDS = 0.05
 # An evaluator rewrites its claim every `claim_renew_seconds` while it
 # evaluates; a claim that has not changed for `claim_stale_seconds` is its
 # dead evaluator's (`tfm_ext.base.settings`).
@@ -110,16 +114,28 @@ class ClaimLost(Exception):
 class Claims:
   """Which of several evaluators on one model_dir evaluates a checkpoint.
 
-  An object store has no create-if-absent, so a claim is won, not taken:
-  an evaluator that finds no live claim writes its own, waits
-  `CLAIM_SETTLE_SECONDS`, and reads the claim back; the last writer wins.
-  Two that both found none wrote within the settle time of each other, so
-  each reads back the later one's, and only that one goes on. A winner
-  renews its claim while it evaluates (`renewed`); a claim seen unchanged
-  for `claim_stale_seconds` on this evaluator's clock (no two machines'
-  clocks are compared: `claim.Unchanged`), or on this machine one whose
-  process is gone, is taken over. A claim is this evaluator's while the
-  file holds its owner and the token of its last win (`holds`).
+  The trainer lease's timing-free rule (`tfm_ext.model_dir.lease`), a
+  checkpoint at a time. An evaluator that finds no live claim on a
+  checkpoint bids for it: it writes a bid of its own,
+  `eval_claim_bids/<checkpoint>.<token>.json` (a new object, never written
+  over), and lists the checkpoint's bids. A live bid with a smaller token
+  wins: this one withdraws. With no other live bid, it reads the claim
+  again and, finding none live, writes it (`eval_claims/<checkpoint>.json`)
+  and only then deletes its bid. With larger live bids only, it lists
+  again a moment later (`BID_POLL_SECONDS`): they withdraw, or one of them
+  had won (it wrote the claim while its bid stood). Of two evaluators that
+  both win, each listed the bids after its own was written and saw none of
+  the other's: but whichever wrote its bid second listed after the first's
+  was there, and a bid goes only once its claim is written or it lost. So
+  two live evaluators cannot both win, however long either takes between
+  its steps; nothing waits a fixed time.
+
+  A winner renews its claim while it evaluates (`renewed`); a claim or bid
+  seen unchanged for `claim_stale_seconds` on this evaluator's clock (no
+  two machines' clocks are compared: `claim.Unchanged`), or on this
+  machine one whose process is gone, is its dead evaluator's and is taken
+  over. A claim is this evaluator's while the file holds its owner and the
+  token of its bid (`holds`).
   """
 
   def __init__(self, model_dir: str, *,
@@ -127,6 +143,8 @@ class Claims:
                sleep: Callable[[float], None] = time.sleep,
                owner: Optional[str] = None):
     self._dir = os.path.join(model_dir, CLAIMS)
+    self._bids = os.path.join(model_dir, BIDS)
+    self._clock = clock
     self._sleep = sleep
     self.owner = owner or process_owner()
     # Another's claim is stale once seen unchanged so long on `clock`.
@@ -147,31 +165,81 @@ class Claims:
                    limit: Optional[int] = None) -> List[str]:
     """Claims those of `checkpoint_paths` with no live claim; the won.
 
-    At most `limit` (all by default), the first in the order given. One
-    settle for them all: an evaluator behind its trainer waits
-    `CLAIM_SETTLE_SECONDS` once a batch, not once a checkpoint, and keeps
-    up with a trainer that saves every second. Each claim is won or lost as
-    `acquire` would.
+    At most `limit` (all by default), the first in the order given, each
+    bid for as the class says. Alone, a bid costs a write, a listing, a
+    read and a delete, and no wait: an evaluator keeps up with a trainer
+    that saves every second.
     """
-    written = []
+    won = []
     for path in checkpoint_paths:
-      if limit is not None and len(written) >= limit:
+      if limit is not None and len(won) >= limit:
         break
       name = os.path.basename(path)
-      held = self._read(name)
-      if held is not None and held.get("owner") != self.owner:
-        gone = self._gone_because(name, held)
-        if not gone:
-          continue
-        logging.warning("Taking over the claim on %s of evaluator %s: %s.",
-                        name, held.get("owner"), gone)
-      self._tokens[name] = secrets.token_hex(8)
-      self._write(name, renewals=0)
-      written.append(path)
-    if not written:
-      return []
-    self._sleep(CLAIM_SETTLE_SECONDS)
-    return [p for p in written if self.holds(p)]
+      if self._claimed_by_another(name, say=True):
+        continue
+      if self._bid(name):
+        won.append(path)
+    return won
+
+  def _claimed_by_another(self, name: str, say: bool = False) -> bool:
+    """Whether another live evaluator holds the claim on `name`."""
+    held = self._read(name)
+    if held is None or held.get("owner") == self.owner:
+      return False
+    gone = self._gone_because(name, held)
+    if gone and say:
+      logging.warning("Taking over the claim on %s of evaluator %s: %s.",
+                      name, held.get("owner"), gone)
+    return not gone
+
+  def _bid(self, name: str) -> bool:
+    """Bids for the claim on `name` (see the class); whether it won."""
+    token = secrets.token_hex(8)
+    bid = claim.Record(os.path.join(self._bids, f"{name}.{token}.json"),
+                       lambda beats: {**self._fields(name, token, beats)})
+    tf.io.gfile.makedirs(self._bids)
+    bid.write()
+    renewed = self._clock()
+    try:
+      while True:
+        live, gone = self._other_bids(name, bid.path)
+        if any(other["token"] < token for other in live):
+          return False  # A smaller live bid wins.
+        if not live:
+          if self._claimed_by_another(name):
+            return False  # One that bid before this one won it.
+          self._tokens[name] = token
+          self._write(name, renewals=0)
+          for other in gone:
+            claim.remove(other["path"])
+          return True
+        self._sleep(BID_POLL_SECONDS)  # Larger bids: they withdraw.
+        if self._clock() - renewed >= settings.get().claim_renew_seconds:
+          bid.renew()  # A beat: this bid's evaluator still waits.
+          renewed = self._clock()
+    finally:
+      try:
+        bid.remove()
+      except tf.errors.OpError as e:
+        logging.warning("Could not delete the bid %s (%s); it is ignored once "
+                        "this process is gone.", bid.path, e)
+
+  def _other_bids(self, name: str, mine: str):
+    """The other bids for `name`, each with its `path`: `(live, gone)`."""
+    live, gone = [], []
+    for other in claim.bids(self._bids, name + ".", mine, self._read_bid):
+      version = (other["token"], other.get("renewals"))
+      why = self._judge.gone_because(
+          other, self._unchanged.age(other["path"], version))
+      (gone if why else live).append(other)
+    return live, gone
+
+  @staticmethod
+  def _read_bid(path: str) -> Optional[Dict[str, Any]]:
+    try:
+      return claim.read(path, {"owner": str})
+    except files.Damaged:
+      return None  # Cut short: no bid.
 
   def holds(self, checkpoint_path: str) -> bool:
     """Whether the claim on `checkpoint_path` is still this evaluator's.
@@ -249,10 +317,13 @@ class Claims:
 
   def _record(self, name: str) -> claim.Record:
     """This evaluator's claim on `name`, as of its `renewals`-th renewal."""
-    return claim.Record(self._path(name), lambda renewals: {
-        "checkpoint": name, "owner": self.owner,
-        "token": self._tokens.get(name, ""), **self._me.fields(),
-        "renewals": renewals, "time": time.time()})
+    return claim.Record(self._path(name), lambda renewals: self._fields(
+        name, self._tokens.get(name, ""), renewals))
+
+  def _fields(self, name: str, token: str, renewals: int) -> Dict[str, Any]:
+    """A claim's or a bid's: the checkpoint, this owner, the token."""
+    return {"checkpoint": name, "owner": self.owner, "token": token,
+            **self._me.fields(), "renewals": renewals, "time": time.time()}
 
   def _write(self, name: str, renewals: int) -> None:
     tf.io.gfile.makedirs(self._dir)

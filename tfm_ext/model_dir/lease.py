@@ -337,23 +337,7 @@ class Lease:
 
   def _other_claims(self) -> List[Dict[str, Any]]:
     """The claims in `claims` but this trainer's, each with its `path`."""
-    try:
-      names = tf.io.gfile.listdir(self.claims)
-    except tf.errors.NotFoundError:
-      return []
-    claims = []
-    for name in sorted(names):
-      # A local temp file (`<claim>.tmp<hex>`) is a claim not yet written.
-      if not name.endswith(_CLAIM_SUFFIX):
-        continue
-      path = os.path.join(self.claims, name)
-      if path == self._claim.path:
-        continue
-      other = self._read(path)
-      if other is not None:
-        claims.append(dict(other, token=name[:-len(_CLAIM_SUFFIX)],
-                           path=path))
-    return claims
+    return claim.bids(self.claims, "", self._claim.path, self._read)
 
   def _withdraw(self) -> None:
     """Deletes this trainer's claim, if it can (a gone claim is ignored)."""

@@ -32,9 +32,10 @@ the evaluator goes on. Each record that is not "evaluated" says why.
 Several evaluators may share a model_dir: before evaluating a checkpoint an
 evaluator claims it (`eval_claims.Claims`,
 `model_dir/eval_claims/<checkpoint>.json`), and the others leave it alone
-while the claim is renewed. Each round claims this evaluator's share of
-what is waiting in one settle, so that an evaluator keeps up with a trainer
-that saves every second. An evaluator that died holding a claim stops
+while the claim is renewed. A claim is won as the trainer lease is, with
+no wait (bids: the smallest live token wins), and each round claims this
+evaluator's share of what is waiting, so that an evaluator keeps up with a
+trainer that saves every second. An evaluator that died holding a claim stops
 renewing it; the claim is taken over once it has not changed for
 `claim_stale_seconds` (`tfm_ext.base.settings`; at once, on the same host,
 when the claimant's process is gone). Every write of an evaluation is fenced by its
@@ -171,7 +172,7 @@ def _evaluate_each(controller, claims, ledger, done, model_dir, eval_steps,
   """`evaluate_continuously`, once this evaluator is present.
 
   Each round claims this evaluator's share of what no evaluator has
-  recorded (`_share`), in one settle (`Claims.acquire_each`), evaluates
+  recorded (`_share`; `Claims.acquire_each`), evaluates
   it oldest first, and lists again at once: a trainer that saves every
   second is kept up with. It sleeps `POLL_SECONDS` only after a round that
   found nothing to evaluate.

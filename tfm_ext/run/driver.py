@@ -68,6 +68,7 @@ from tfm_ext.config import checks
 from tfm_ext.config import config_drift
 from tfm_ext.config import experiments
 from tfm_ext.base import settings
+from tfm_ext.base import startup
 from tfm_ext.training import input_files
 from tfm_ext.config import params as params_lib
 from tfm_ext.model_dir import params_file
@@ -239,6 +240,11 @@ def main(make_request: Callable[[], RunRequest]) -> Optional[RunSummary]:
   `make_request` turns the command line into a request inside the job's
   error boundary, so a bad flag is refused as any input is (exit 2).
   """
+  # For a fork's script that did not call startup.begin: a signal exits
+  # 42 from here until the run's handlers take over.
+  startup.install_signals()
+  startup.install_console()
+  log_files.hold_log()
   failures.reset()
   return job(lambda: plan_for(make_request()), say_done=True)
 

@@ -45,7 +45,6 @@ from tfm_ext.model_dir import run_summary
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import driver
 from tfm_ext.run import modes
-from tfm_ext.model_dir import log_files
 
 startup.end()
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -150,11 +149,6 @@ UNREAD_TFM_FLAGS = ("tpu_platform", "tfhub_handle", "tflex_output_uri")
 def main(argv) -> None:
   """Runs the experiment the flags describe; see the module docstring."""
   del argv
-  # For a fork's script that did not call startup.begin: a signal exits
-  # 42 from here until the run's handlers take over.
-  startup.install_signals()
-  startup.install_console()
-  log_files.hold_log()
   driver.main(_request)
 
 
