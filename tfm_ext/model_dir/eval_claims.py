@@ -3,9 +3,11 @@
 `continuous_eval` claims a checkpoint before evaluating it, in
 `model_dir/eval_claims/<checkpoint>.json`, renews the claim while it
 evaluates and releases it once its ledger record is written; the others
-leave a live claim alone. A claim and a presence (below) are records of
-`tfm_ext.model_dir.claim`, which writes, renews, reads and judges them through
-`tf.io.gfile`, so they hold on a bucket.
+leave a live claim alone. A claim is won as the trainer lease is
+(`Claims`: bids, the smallest live token wins), with no timing assumption.
+A claim, a bid and a presence (below) are records of
+`tfm_ext.model_dir.claim`, which writes, renews, reads and judges them
+through `tf.io.gfile`, so they hold on a bucket.
 
 A lost claim is fenced: each claim an evaluator wins carries a token of its
 own, and before each write of the checkpoint's evaluation (its best
@@ -15,12 +17,10 @@ was suspended (SIGSTOP, a paused VM) longer than `claim_stale_seconds`
 (`tfm_ext.base.settings`) while evaluating, whose claim another
 evaluator took over, then recorded and maybe released, finds another
 owner, another token, or no claim at all, and writes nothing more of it
-(`ClaimLost`); nor does it renew a claim that is no longer its own. A
-claim is won as the trainer lease is (`Claims`: bids, the smallest live
-token wins), with no timing assumption. What stays open is the time
-between that read and the write it guards (milliseconds), as for the
-trainer lease (`tfm_ext.model_dir.lease`): an object store has no
-conditional write to close it.
+(`ClaimLost`); nor does it renew a claim that is no longer its own. What
+stays open is the time between that read and the write it guards
+(milliseconds), as for the trainer lease (`tfm_ext.model_dir.lease`): an
+object store has no conditional write to close it.
 
 An evaluator is also present on the model_dir from its start, before it
 waits for its trainer or builds anything (`announce`), until its loop ends
