@@ -5,6 +5,7 @@ import logging as std_logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -189,6 +190,33 @@ def test_a_second_signal_aborts_whatever_the_interrupted_code_raised(
         raise
   assert str(aborted.value) == "SIGUSR1"
   assert aborted.value.__cause__ is made_of_it
+
+
+class _SignalledWhileFinalized:
+  """An object whose finalizer is where the second signal finds the main
+  thread, as TensorFlow's `AtomicFunction.__del__` was."""
+
+  def __del__(self):
+    os.kill(os.getpid(), signal.SIGUSR1)  # Handled here: Python cannot raise.
+
+
+def test_a_second_signal_in_a_finalizer_still_aborts_without_a_traceback(
+    capfd):
+  # Python prints "Exception ignored in" for an exception out of a
+  # finalizer and goes on: the job ran to its end without aborting.
+  hook = sys.unraisablehook
+  start = time.monotonic()
+  with pytest.raises(preemption.SecondSignal) as aborted:
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
+      os.kill(os.getpid(), signal.SIGUSR1)
+      finalized = _SignalledWhileFinalized()
+      del finalized
+      for _ in range(3000):  # Not all slept: the signal is raised again.
+        time.sleep(0.01)
+  assert time.monotonic() - start < 10
+  assert str(aborted.value) == "SIGUSR1"
+  assert "Exception ignored" not in capfd.readouterr().err
+  assert sys.unraisablehook is hook
 
 
 def test_an_error_after_one_signal_is_left_as_it_is():

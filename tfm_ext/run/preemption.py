@@ -25,7 +25,8 @@ What a signal does is decided here, by when it comes:
                                    `export`)
     a second signal                the job ends at once without saving, exit
                                    42 (`SecondSignal`), whatever the code it
-                                   interrupted raised of it; if the main
+                                   interrupted raised of it (or swallowed: a
+                                   finalizer's is raised again); if the main
                                    thread does not take it within a second
                                    (inside TensorFlow), the watcher's thread
                                    says it and ends the process, exit 42
@@ -128,6 +129,7 @@ class SignalWatcher:
     self._seen = 0
     self._lock = threading.Lock()
     self._wakeup = None  # (read fd, write fd, previous wakeup fd)
+    self._unraisable_hook = None  # The hook before `_unraisable`.
     self._thread: Optional[threading.Thread] = None
     self._loop_stops: List[tf.Variable] = []
     self._after_first = ("finishing what is in flight, then exiting; a "
@@ -148,6 +150,8 @@ class SignalWatcher:
       self._thread = threading.Thread(target=self._read_signals,
                                       name="tfm_ext-signals", daemon=True)
       self._thread.start()
+      self._unraisable_hook = sys.unraisablehook
+      sys.unraisablehook = self._unraisable
     return self
 
   def __exit__(self, exc_type, error, traceback) -> None:
@@ -161,6 +165,7 @@ class SignalWatcher:
       self._thread.join()
       os.close(read_fd)
       self._wakeup = self._thread = None
+      sys.unraisablehook = self._unraisable_hook
     if isinstance(error, Exception):
       self.check_aborted(error)
 
@@ -223,6 +228,24 @@ class SignalWatcher:
     if self._second is not None and not self._raised:
       self._raised = True
       raise SecondSignal(signal.Signals(self._second).name)
+
+  def _unraisable(self, unraisable) -> None:
+    """Raises a swallowed `SecondSignal` again, at the next bytecode.
+
+    Python cannot raise out of a finalizer (`__del__`: TensorFlow's objects
+    have them), a weakref callback or the garbage collector: it prints
+    "Exception ignored in" and a traceback, and the job would go on. The
+    handler raised it where the signal found the main thread; this has it
+    raised again once the main thread is out of there (a signal asked for
+    now would be taken in this hook, which cannot raise either).
+    """
+    if (isinstance(unraisable.exc_value, SecondSignal)
+        and self._second is not None):
+      self._raised = False
+      threading.Timer(0.01, _thread.interrupt_main,
+                      args=(self._second,)).start()
+      return
+    self._unraisable_hook(unraisable)
 
   def _read_signals(self) -> None:
     """The watcher's thread: reads each signal from the wakeup fd."""
