@@ -109,6 +109,7 @@ _FAILED_EAGER_OP = re.compile(r"\[Op:(\w+)")
 _LABEL_RANGE = re.compile(
     r"label value of (-?\d+) which is outside the valid range of \[0, (\d+)\)")
 _PHASE_ATTRIBUTE = "_tfm_ext_phase"
+_FAILURE_ATTRIBUTE = "_tfm_ext_failure"
 # What the phases do, as the paragraph says it.
 _DOING = {
     "config": "reading the config",
@@ -297,11 +298,26 @@ def storage_fault(error: BaseException) -> bool:
 def classify(error: BaseException) -> Optional[Failure]:
   """The `Failure` that `error` is, or None for a bug (see the module).
 
+  An error is classified once: where the run first asks (the driver, while
+  the trainer lease it may have lost is held), and what asks again (the
+  boundary) is given that answer.
+
   The rows of the module's table, in order: what explains it (a lost
   lease), what a check raised on purpose, storage and memory, the user's
   input (model_dir, config, checkpoint, deterministic mode), then an op's
   error by the op that raised it.
   """
+  if hasattr(error, _FAILURE_ATTRIBUTE):
+    return getattr(error, _FAILURE_ATTRIBUTE)
+  failure = _classified(error)
+  try:
+    setattr(error, _FAILURE_ATTRIBUTE, failure)
+  except AttributeError:
+    pass  # A builtin exception without a __dict__: asked again, if at all.
+  return failure
+
+
+def _classified(error: BaseException) -> Optional[Failure]:
   if not isinstance(error, (UsageError, KeyboardInterrupt)):
     for model_dir, explain in list(_run.explanations):
       if model_dir and model_dir != _run.model_dir:
@@ -321,7 +337,7 @@ def _declared(error: BaseException) -> Optional[Failure]:
     return Failure(EXIT_USAGE, _without_gin_frames(str(error)),
                    refusal=getattr(error, "refusal", True))
   if isinstance(error, KeyboardInterrupt):
-    return Failure(EXIT_PREEMPTED, _aborted(error), kind="aborted")
+    return aborted(str(error))
   if isinstance(error, RunFailed):
     return Failure(EXIT_DATA, _sentences(str(error), _last_checkpoint()))
   return None
@@ -673,7 +689,9 @@ def _last_checkpoint() -> str:
           "No checkpoint had been saved yet.")
 
 
-def _aborted(error: BaseException) -> str:
-  name = str(error) or "a signal"
-  return _sentences(f"a second {name}: stopped at once without saving.",
-                    _last_checkpoint(), "Relaunch the same command to resume.")
+def aborted(signal_name: str) -> Failure:
+  """A job a second signal (`signal_name`, "SIGTERM") ended, unsaved."""
+  return Failure(EXIT_PREEMPTED, _sentences(
+      f"a second {signal_name or 'signal'}: stopped at once without "
+      "saving.", _last_checkpoint(), "Relaunch the same command to resume."),
+      kind="aborted")

@@ -478,8 +478,7 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
     try:
       parts = assembly.assemble(plan, watcher, supplied, held)
     except Exception as e:
-      if failures.classify(e) is None and strategies.is_chief_process():
-        _record_bug(plan, e)  # While the lease is held: the summary is ours.
+      _failed(plan, None, 0, e)  # Classified; a bug's summary written.
       raise
     try:
       yield parts
@@ -492,22 +491,32 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
       held.release()
 
 
-def _record_bug(plan: Plan, error: Exception) -> None:
-  """Writes the summary of a run a bug ended before its parts were built."""
+def _failed(plan: Plan, parts: Optional[assembly.Parts], resumes: int,
+            error: BaseException) -> Optional[failures.Failure]:
+  """The run's one classification of what failed it, under the lease.
+
+  The `Failure` of a user's fault or of what the run met (the boundary,
+  asking again, is given the same), or None for a bug, whose summary it
+  writes (the chief's, while the lease makes the summary ours).
+  """
+  failure = failures.classify(error)
+  if failure is not None:
+    return failure
+  message = (f"a bug: {type(error).__name__}: {failures.tf_reason(error)} "
+             "(its traceback is on the console and in the log)")
   request = plan.request
-  _finish(request, plan.mode, RunSummary(
-      experiment=request.experiment, mode=request.mode,
-      trainer=request.params.trainer.name, status="failed", exit_code=1,
-      message=_bug_message(error),
-      train_steps=request.params.trainer.train_steps,
-      strategy=strategies.describe_strategy(plan.strategy),
-      replicas=plan.strategy.num_replicas_in_sync,
-      wall_seconds=time.time() - request.start_time))
-
-
-def _bug_message(error: BaseException) -> str:
-  return (f"a bug: {type(error).__name__}: {failures.tf_reason(error)} (its "
-          "traceback is on the console and in the log)")
+  if parts is not None:
+    _finish(request, plan.mode, summarize(plan, parts, resumes, "failed",
+                                          message, exit_code=1))
+  elif strategies.is_chief_process():  # Its parts were never built.
+    _finish(request, plan.mode, RunSummary(
+        experiment=request.experiment, mode=request.mode,
+        trainer=request.params.trainer.name, status="failed", exit_code=1,
+        message=message, train_steps=request.params.trainer.train_steps,
+        strategy=strategies.describe_strategy(plan.strategy),
+        replicas=plan.strategy.num_replicas_in_sync,
+        wall_seconds=time.time() - request.start_time))
+  return None
 
 
 def drive(plan: Plan, parts: assembly.Parts,
@@ -586,9 +595,10 @@ def _ended(plan: Plan, parts: assembly.Parts, resumes: int,
   A signal's save (`Preempted`), an action's stop (`Stopped`), a lost
   peer of a multi-worker job, a failure `failures.classify` names: each a
   summary. A usage error, a transient error of one worker (restarted by
-  `_with_recovery`) and a bug (its summary written first) raise.
+  `_with_recovery`) and a bug (its summary written first: `_failed`)
+  raise.
   """
-  request, mode = plan.request, plan.mode
+  mode = plan.mode
   if isinstance(error, preemption.Preempted):
     return summarize(plan, parts, resumes, "preempted", str(error),
                      exit_code=EXIT_PREEMPTED)
@@ -613,11 +623,8 @@ def _ended(plan: Plan, parts: assembly.Parts, resumes: int,
   # A hook's sys.exit() is a bug like any error of the model's code (an
   # action's is the action's failure: `tfm_ext.actions.guard.Guard`).
   watcher.check_aborted(error)
-  failure = failures.classify(error)
-  if failure is None:  # A bug: its traceback, and a summary saying so.
-    _finish(request, mode, summarize(
-        plan, parts, resumes, "failed", exit_code=1,
-        message=_bug_message(error)))
+  failure = _failed(plan, parts, resumes, error)
+  if failure is None:  # A bug: its traceback (its summary written).
     if isinstance(error, SystemExit):  # Else the process would exit so.
       raise RuntimeError(f"sys.exit({error.code!r}) inside the run") from error
     raise error

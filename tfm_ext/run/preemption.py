@@ -298,7 +298,7 @@ class SignalWatcher:
     if self._raised or self._wakeup is None:
       return
     from tfm_ext.base import failures  # pylint: disable=g-import-not-at-top
-    failure = failures.classify(SecondSignal(signal.Signals(signum).name))
+    failure = failures.aborted(signal.Signals(signum).name)
     logging.info("TensorFlow held the main thread %.0fs after a second "
                  "signal: the signal watcher ends the process.",
                  self.ABORT_GRACE_SECONDS)
