@@ -5,6 +5,7 @@ import logging as std_logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ import orbit
 import pytest
 import tensorflow as tf
 
-from conftest import DOUBLES_TRAIN, numeric_tensors
+from conftest import DOUBLES_TRAIN, REPO, numeric_tensors
 from tfm_ext.run import preemption
 
 SPL = 10  # steps_per_loop
@@ -344,3 +345,46 @@ def test_a_second_signal_ends_a_process_tensorflow_holds_within_seconds(
       "signal ends the job at once without saving.",
       "aborted: a second SIGTERM: stopped at once without saving. Relaunch "
       "the same command to resume."], err
+
+
+_LOGGING_WHEN_SIGNALLED = """
+import logging as std_logging, os, signal, threading
+from absl import logging
+from tfm_ext.run import preemption
+
+class Held(std_logging.Handler):
+  # Holds its lock, as the log file's handler does while it writes, when
+  # the signal comes; the main thread runs no bytecode meanwhile, so the
+  # watcher's thread reads the signal first.
+  done = False
+  def emit(self, record):
+    if self.done:
+      return
+    self.done = True
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    os.kill(os.getpid(), signal.SIGUSR1)  # Taken by another thread.
+    threading.Event().wait(1.0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+
+logging.set_verbosity(logging.INFO)
+logging.get_absl_logger().addHandler(Held())
+with preemption.SignalWatcher(signals=(signal.SIGUSR1,)) as watcher:
+  logging.info("a record being written")
+  print("stopping" if watcher.stopping else "not stopping", flush=True)
+"""
+
+
+def test_a_signal_while_the_main_thread_holds_a_log_lock_deadlocks_nothing(
+    tmp_path):
+  # The watcher's thread said the signal while it held the count's lock,
+  # and waited for the log's; the main thread's handler, inside the log's
+  # lock, waited for the count's: a trainer SIGTERMed mid-log hung for
+  # good.
+  script = tmp_path / "signalled_mid_log.py"
+  script.write_text(_LOGGING_WHEN_SIGNALLED)
+  done = subprocess.run([sys.executable, str(script)], capture_output=True,
+                        text=True, timeout=60,
+                        env=dict(os.environ, PYTHONPATH=REPO))
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout == "stopping\n"
+  assert "SIGUSR1 received" in done.stderr

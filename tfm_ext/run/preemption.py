@@ -269,29 +269,36 @@ class SignalWatcher:
 
   def _count(self, signum: int, by_thread: bool) -> int:
     """Counts a signal; acts on the first two; returns 1, 2, or 0 for one
-    the other counter counted already (or a third)."""
+    the other counter counted already (or a third).
+
+    Only the count holds the lock: the acts (a log record, a variable
+    assigned) come after. The main thread's handler may run inside a log
+    handler's lock, and waits for this one: the watcher's thread must not
+    wait for that log lock while it holds this one.
+    """
     with self._lock:
       self._counts[by_thread] += 1
       seen = self._counts[by_thread]
-      if seen <= self._seen:
+      if seen <= self._seen or seen > 2:
+        self._seen = max(self._seen, seen)
         return 0
       self._seen = seen
-      name = signal.Signals(signum).name
       if seen == 1:
         self.received = signum
-        # Eagerly, also from a handler that interrupted a tf.function's
-        # tracing on the main thread.
-        with tf.init_scope():
-          for stop in self._loop_stops:
-            stop.assign(True)
-        _say(f"{name} received: {self._after_first}.", log=by_thread)
-      elif seen == 2:
-        self._second = signum
-        _log_off_main(f"Second {name}: exiting without a checkpoint.",
-                      now=by_thread)
       else:
-        return 0
-      return seen
+        self._second = signum
+    name = signal.Signals(signum).name
+    if seen == 1:
+      # Eagerly, also from a handler that interrupted a tf.function's
+      # tracing on the main thread.
+      with tf.init_scope():
+        for stop in self._loop_stops:
+          stop.assign(True)
+      _say(f"{name} received: {self._after_first}.", log=by_thread)
+    else:
+      _log_off_main(f"Second {name}: exiting without a checkpoint.",
+                    now=by_thread)
+    return seen
 
   def _abort(self, signum: int) -> None:
     """Ends the process if the main thread did not take a second signal."""
