@@ -42,7 +42,8 @@ def test_a_record_is_written_whole_and_read_back(directory):
   assert claim.read(path, {"pid": int}) is None  # None yet.
   record.write()
   assert claim.read(path, {"pid": int, "beats": int}) == {
-      "host": me.host, "pid": os.getpid(), "pid_space": me.space,
+      "owner": me.id, "host": me.host, "pid": os.getpid(),
+      "pid_space": me.space,
       "pid_start": claim.pid_start(os.getpid()), "beats": 0}
   record.remove()
   record.remove()  # Already gone: fine.
@@ -228,3 +229,38 @@ def test_a_machine_is_its_host_and_pid_space():
   assert len(me.machine) == 8
   assert me.machine != claim.Process(me.host, me.pid, "other").machine
   assert me.machine != claim.Process("other", me.pid, me.space).machine
+
+
+def test_alive_by_a_process_here_that_runs_or_a_fresh_stamp_either_way():
+  # Only ever a reason to refuse: a stamp out of `fresh_seconds` is not
+  # gone for it (its age decides that), just not known to be alive.
+  now = 1000.0
+  judge = claim.Judge(60, fresh_seconds=15, clock=lambda: now)
+  elsewhere = dict(judge.me.fields(), host="another-host", pid=7)
+  for stamp, alive in ((now - 15, True), (now + 15, True),
+                       (now - 15.5, False), (now + 15.5, False)):
+    assert judge.alive(dict(elsewhere, heartbeat=stamp)) is alive, stamp
+  assert not judge.alive(elsewhere)  # No stamp.
+  assert not claim.Judge(60).alive(dict(elsewhere, heartbeat=time.time()))
+  child = subprocess.Popen(["sleep", "30"])
+  try:
+    assert judge.alive(dict(of(child.pid), heartbeat=0.0))
+  finally:
+    child.kill()
+    child.wait()
+  assert not judge.alive(dict(of(child.pid), heartbeat=0.0))
+
+
+def test_every_record_holds_one_owner_id_host_pid_and_a_tag_per_process():
+  me = claim.Process.this()
+  assert me.id == f"{me.host}:{os.getpid()}:{me.tag}" and len(me.tag) == 8
+  assert claim.Process.this().id == me.id  # Stable within a process.
+  assert me.fields()["owner"] == me.id
+  read, write = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # A forked child is another owner.
+    os.write(write, claim.Process.this().id.encode())
+    os._exit(0)  # pylint: disable=protected-access
+  os.waitpid(pid, 0)
+  child = os.read(read, 1000).decode()
+  assert child.startswith(f"{me.host}:{pid}:") and child != me.id

@@ -5,6 +5,7 @@ One digits_convnet model_dir is trained once (evaluations at steps 100 and
 never the latest); each test exports a copy of it.
 """
 
+import json
 import os
 import pathlib
 import shutil
@@ -20,6 +21,7 @@ from official.core import task_factory
 import tfm_ext
 from tfm_ext.model_dir import best_checkpoints
 from tfm_ext.config import params as params_lib
+from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import files
 from tfm_ext.model_dir import export
 from tfm_ext.run import driver
@@ -203,14 +205,30 @@ def test_an_interrupted_exports_leftover_is_cleared_first(trained,
   dead = subprocess.Popen(["true"])
   dead.wait()
   live = subprocess.Popen(["sleep", "60"])
-  owner = export._owner()  # pylint: disable=protected-access
+  me = claim.Process.this()
+  owner = me.machine
   leftovers = [".300.partial", f".300.partial.{owner}.{dead.pid}"]
   # In flight: a live process's copy, and another machine's.
   in_flight = [f".300.partial.{owner}.{live.pid}", ".300.partial.0ther.7"]
+  # This version's: a copy and its owner's record; a record alone (killed
+  # once its copy was placed).
+  owners = {"dead1": claim.Process(me.host, dead.pid, me.space),
+            "dead2": claim.Process(me.host, dead.pid, me.space),
+            "live1": claim.Process(me.host, live.pid, me.space),
+            "else1": claim.Process("another-host", dead.pid, me.space)}
+  for token, process in owners.items():
+    (exports / f".300.partial.{token}.json").parent.mkdir(exist_ok=True)
+    (exports / f".300.partial.{token}.json").write_text(
+        json.dumps(process.fields()))
+  leftovers += [".300.partial.dead1", ".300.partial.dead1.json",
+                ".300.partial.dead2.json"]
+  in_flight += [".300.partial.live1", ".300.partial.live1.json",
+                ".300.partial.else1", ".300.partial.else1.json"]
   try:
     for name in leftovers + in_flight:
-      (exports / name).mkdir(parents=True)
-      (exports / name / "half_written").write_text("")
+      if not name.endswith(".json"):
+        (exports / name).mkdir(parents=True)
+        (exports / name / "half_written").write_text("")
 
     summary, _ = _run("export", model_dir, 300)
   finally:
@@ -256,6 +274,26 @@ def test_export_without_a_checkpoint_exits_2_before_writing(launch_forked,
   assert "error: No checkpoint in --model_dir=" in run.stderr
   assert "Traceback" not in run.stderr
   assert not model_dir.exists()
+
+
+def test_an_export_that_fails_leaves_neither_its_copy_nor_its_record(
+    tmp_path):
+  def write(partial):
+    os.makedirs(partial)
+    (pathlib.Path(partial) / "half_written").write_text("")
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(partial), os.path.basename(partial) + ".json"])
+    record = json.loads(pathlib.Path(partial + ".json").read_text())
+    assert record["owner"] == claim.Process.this().id
+    raise OSError("a disk that filled up")
+
+  with pytest.raises(OSError, match="filled up"):
+    export.write_placed(str(tmp_path / "300"), write)
+  assert os.listdir(tmp_path) == []
+
+  export.write_placed(str(tmp_path / "300"), lambda partial: os.makedirs(
+      partial))
+  assert os.listdir(tmp_path) == ["300"]
 
 
 def test_an_export_that_another_finished_first_is_dropped(tmp_path):

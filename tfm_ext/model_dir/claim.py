@@ -2,14 +2,17 @@
 
 tfm_ext keeps several small JSON records in `model_dir`, each owned by one
 process while it runs: the trainer lease and its claims
-(`tfm_ext.model_dir.lease`), an evaluator's claim on a checkpoint, its bids
-and its presence (`tfm_ext.model_dir.eval_claims`). An interrupted export
-names its partial copy after its owner the same way
-(`tfm_ext.model_dir.export`). They are one mechanism:
+(`tfm_ext.model_dir.lease`), an evaluator's claim on a checkpoint, its
+bids and its presence (`tfm_ext.model_dir.eval_claims`), and an export's
+record of the copy it writes (`tfm_ext.model_dir.export`: a copy an
+interrupted export left is deleted once its owner is gone). They are one
+mechanism:
 
 * the owner is a `Process`: its host, its pid, its pid space (kernel
   boot and pid namespace), where the pid names one process, and its start
-  time in that boot (`pid_start`), so that a reused pid is another process;
+  time in that boot (`pid_start`), so that a reused pid is another process.
+  Its id, `host:pid:tag` (`Process.id`, a random tag per process), is the
+  `owner` every record holds;
 * the owner writes its record whole (`Record.write`, through
   `tfm_ext.model_dir.files`; `pad_to` gives each rewrite the same length,
   so that another process reads it whole and current through TensorFlow's
@@ -31,7 +34,10 @@ names its partial copy after its owner the same way
     the reader watched it, on the reader's monotonic clock (`Unchanged`:
     the owner's beat counter and stamps are compared with themselves,
     never a wall-clock stamp with the reader's clock). A reader that just
-    started has seen nothing yet: it watches for `stale_seconds` first.
+    started has seen nothing yet: it watches for `stale_seconds` first;
+  - a clock may only ever say an owner is alive: a reader that would take
+    a record over (the lease) refuses at once where its stamp is within a
+    few beats of the reader's clock (`Judge.alive`).
 
   A record that does not read whole is no record;
 * a record only one process may take (the trainer lease, an evaluator's
@@ -49,8 +55,10 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import socket
 import threading
+import time
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 from absl import logging
@@ -135,23 +143,48 @@ def pid_space() -> str:
   return "/".join(parts) if any(parts) else ""
 
 
+# This process's tag, made on first use in each process (`_tag`).
+_process_tag = ("", -1)
+
+
+def _tag() -> str:
+  """A random tag of this process: one forked after it was made (a
+  launcher forked from one that imported tfm_ext, a sweep's workers) is
+  another owner, with a tag of its own."""
+  global _process_tag
+  tag, pid = _process_tag
+  if pid != os.getpid():
+    _process_tag = tag, pid = secrets.token_hex(4), os.getpid()
+  return tag
+
+
 @dataclasses.dataclass(frozen=True)
 class Process:
   """The owner of a record: a pid, where that pid names one process, and
-  when that process started (None: unknown; the pid alone then decides)."""
+  when that process started (None: unknown; the pid alone then decides).
+
+  `id`, `host:pid:tag`, is the one owner id every record holds (`owner`):
+  the tag tells apart two processes that one pid named in turn.
+  """
   host: str
   pid: int
   space: str
   start: Optional[int] = None
+  tag: str = ""
 
   @classmethod
   def this(cls) -> "Process":
     return cls(socket.gethostname(), os.getpid(), pid_space(),
-               pid_start(os.getpid()))
+               pid_start(os.getpid()), _tag())
+
+  @property
+  def id(self) -> str:  # pylint: disable=invalid-name
+    return f"{self.host}:{self.pid}:{self.tag}"
 
   def fields(self) -> Dict[str, Any]:
     """As a record holds them (`pid_start` only when known)."""
-    fields = {"host": self.host, "pid": self.pid, "pid_space": self.space}
+    fields = {"owner": self.id, "host": self.host, "pid": self.pid,
+              "pid_space": self.space}
     if self.start is not None:
       fields["pid_start"] = self.start
     return fields
@@ -164,18 +197,27 @@ class Process:
 
 
 class Judge:
-  """Whether, and why, the owner of a record another process wrote is gone.
+  """Whether the owner of a record another process wrote is gone, or alive.
 
-  Liveness before clocks (see the module docstring): a record naming a
-  process of `me`'s machine (the same host and pid space) is gone at once
-  if `status` finds that process gone, and held whatever its `age` while
-  it runs; otherwise (another machine, no pid, or a stopped process) it is
-  gone once its `age`, how long the reader has seen it unchanged on its
-  own monotonic clock (`Unchanged`), is over `stale_seconds`. A record of
-  `me`'s own process is gone only if `own_pid_reason` says why (the
-  lease: an earlier run of this process left it); else its age decides
-  (an evaluator's claim of this process may be another evaluator's of the
-  same process).
+  The one liveness rule of every record (see the module docstring), with
+  three answers:
+
+  - gone (`gone_because` says why): a record naming a process of `me`'s
+    machine (the same host and pid space) that `status` finds gone; or
+    one of another machine, with no pid, or of a stopped process whose
+    `age`, how long the reader has seen it unchanged on its own monotonic
+    clock (`Unchanged`), is over `stale_seconds`. A record of `me`'s own
+    process is gone only if `own_pid_reason` says why (the lease: an
+    earlier run of this process left it); else its age decides (an
+    evaluator's claim of this process may be another evaluator's of the
+    same process);
+  - alive (`alive`): a process of this machine that runs, whatever any
+    clock says; or, given `fresh_seconds`, a record whose `heartbeat`
+    stamp is that close to the reader's `clock`, either way (a clock can
+    only make a reader refuse at once, never take a record over);
+  - neither: not known yet. A reader that must take the record over (the
+    lease) watches it until it is one of the two; to every other reader
+    it is live.
 
   Args:
     stale_seconds: the age past which a record is gone (by default never).
@@ -185,18 +227,25 @@ class Judge:
     stale_reason: why a stale record is gone, formatted with its `age`.
     own_pid_reason: why a record of `me`'s process is gone; "" if it is
       not.
+    fresh_seconds: how close a `heartbeat` stamp to `clock` is alive (by
+      default none is).
+    clock: the reader's wall clock, for `fresh_seconds` (`time.time`).
   """
 
   def __init__(self, stale_seconds: float = math.inf, *,
                me: Optional[Process] = None,
                status: Callable[[int, Optional[int]], str] = process_status,
                stale_reason: str = "it has not changed for {age:.0f}s",
-               own_pid_reason: str = ""):
+               own_pid_reason: str = "",
+               fresh_seconds: float = -1.0,
+               clock: Callable[[], float] = time.time):
     self.stale_seconds = stale_seconds
     self.me = Process.this() if me is None else me
     self._status = status
     self._stale_reason = stale_reason
     self._own_pid_reason = own_pid_reason
+    self._fresh_seconds = fresh_seconds
+    self._clock = clock
 
   def gone_because(self, record: Dict[str, Any], age: float = 0.0) -> str:
     """Why the owner of `record`, seen unchanged `age` seconds, is gone.
@@ -214,9 +263,13 @@ class Judge:
       return self._stale_reason.format(age=age)
     return ""
 
-  def runs_here(self, record: Dict[str, Any]) -> bool:
-    """Whether `record` names a process of this machine that runs."""
-    return self.status_here(record) == RUNNING
+  def alive(self, record: Dict[str, Any]) -> bool:
+    """Whether the owner of `record` is known to be alive (see above)."""
+    if self.status_here(record) == RUNNING:
+      return True
+    stamp = record.get("heartbeat")
+    return (isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+            and abs(self._clock() - stamp) <= self._fresh_seconds)
 
   def status_here(self, record: Dict[str, Any]) -> str:
     """`RUNNING`, `STOPPED` or `GONE` for a process of this machine, "me"

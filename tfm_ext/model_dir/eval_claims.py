@@ -51,10 +51,8 @@ import atexit
 import contextlib
 import os
 import secrets
-import socket
 import threading
 import time
-import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from absl import logging
@@ -74,25 +72,18 @@ BID_POLL_SECONDS = 0.05
 # An evaluator rewrites its claim every `claim_renew_seconds` while it
 # evaluates; a claim that has not changed for `claim_stale_seconds` is its
 # dead evaluator's (`tfm_ext.base.settings`).
-# One id per process: an evaluator rebuilt in the same process (an
-# in-process restart) takes its own claims back at once.
-_process_owner = ("", -1)
 
 
 def process_owner() -> str:
-  """This process's evaluator id: host, pid and a random tag.
+  """This process's evaluator id: its owner id (`claim.Process.id`,
+  `host:pid:tag`), the one every record of this process holds.
 
-  Made on first use in each process: one forked after the import (a
+  An evaluator rebuilt in the same process (an in-process restart) takes
+  its own claims back at once; a process forked after the import (a
   launcher forked from one that imported it, a sweep's workers) is another
   evaluator, not its parent.
   """
-  global _process_owner
-  owner, pid = _process_owner
-  if pid != os.getpid():
-    pid = os.getpid()
-    owner = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
-    _process_owner = (owner, pid)
-  return owner
+  return claim.Process.this().id
 
 PRESENCE = "evaluators"
 # Every presence record is padded to this many bytes (see the module).
@@ -196,7 +187,7 @@ class Claims:
     """Bids for the claim on `name` (see the class); whether it won."""
     token = secrets.token_hex(8)
     bid = claim.Record(os.path.join(self._bids, f"{name}.{token}.json"),
-                       lambda beats: {**self._fields(name, token, beats)})
+                       lambda beats: self._fields(name, token, beats))
     tf.io.gfile.makedirs(self._bids)
     bid.write()
     renewed = self._clock()
@@ -227,19 +218,12 @@ class Claims:
   def _other_bids(self, name: str, mine: str):
     """The other bids for `name`, each with its `path`: `(live, gone)`."""
     live, gone = [], []
-    for other in claim.bids(self._bids, name + ".", mine, self._read_bid):
+    for other in claim.bids(self._bids, name + ".", mine, _read):
       version = (other["token"], other.get("renewals"))
       why = self._judge.gone_because(
           other, self._unchanged.age(other["path"], version))
       (gone if why else live).append(other)
     return live, gone
-
-  @staticmethod
-  def _read_bid(path: str) -> Optional[Dict[str, Any]]:
-    try:
-      return claim.read(path, {"owner": str})
-    except files.Damaged:
-      return None  # Cut short: no bid.
 
   def holds(self, checkpoint_path: str) -> bool:
     """Whether the claim on `checkpoint_path` is still this evaluator's.
@@ -310,10 +294,7 @@ class Claims:
     return os.path.join(self._dir, name + ".json")
 
   def _read(self, name: str) -> Optional[Dict[str, Any]]:
-    try:
-      return claim.read(self._path(name), {"owner": str})
-    except files.Damaged:
-      return None  # A claim cut short: no live claim.
+    return _read(self._path(name))
 
   def _record(self, name: str) -> claim.Record:
     """This evaluator's claim on `name`, as of its `renewals`-th renewal."""
@@ -322,12 +303,20 @@ class Claims:
 
   def _fields(self, name: str, token: str, renewals: int) -> Dict[str, Any]:
     """A claim's or a bid's: the checkpoint, this owner, the token."""
-    return {"checkpoint": name, "owner": self.owner, "token": token,
-            **self._me.fields(), "renewals": renewals, "time": time.time()}
+    return {"checkpoint": name, **self._me.fields(), "owner": self.owner,
+            "token": token, "renewals": renewals, "time": time.time()}
 
   def _write(self, name: str, renewals: int) -> None:
     tf.io.gfile.makedirs(self._dir)
     self._record(name).write(renewals)
+
+
+def _read(path: str) -> Optional[Dict[str, Any]]:
+  """The claim or bid at `path`; None if none, or cut short (no live one)."""
+  try:
+    return claim.read(path, {"owner": str})
+  except files.Damaged:
+    return None
 
 
 class _Presence:
@@ -338,7 +327,7 @@ class _Presence:
     since = time.time()
     self.path = path
     self.record = claim.Record(path, lambda beats: {
-        "owner": owner, **here, "since": since, "beats": beats,
+        **here, "owner": owner, "since": since, "beats": beats,
         "heartbeat": time.time()}, pad_to=_PRESENCE_BYTES)
     self.holds = 1
     # Written by `announce`, not yet held by an `announced` block.

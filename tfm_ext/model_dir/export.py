@@ -44,7 +44,8 @@ ResNet50 (`experiments/imagenet/export.py`) are two more uses of
 import dataclasses
 import logging
 import os
-from typing import Any, Callable, Dict, Mapping, Optional
+import secrets
+from typing import Any, Callable, Dict, Mapping
 
 import tensorflow as tf
 import tf_keras
@@ -61,6 +62,8 @@ from tfm_ext.base import failures
 
 SUBDIR = "export"
 _SAVED_MODEL_PB = "saved_model.pb"
+# An export's copy in progress has its owner's record beside it, so named.
+_RECORD = ".json"
 SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 
 
@@ -214,11 +217,20 @@ def write_placed(export_dir: str, write: Callable[[str], None]) -> str:
   if tf.io.gfile.exists(export_dir):
     raise FileExistsError(f"{export_dir} exists; not overwritten.")
   parent, name = os.path.split(export_dir)
-  owner = _owner()
-  _clear_leftovers(parent, name, owner)
-  partial = os.path.join(parent, f".{name}.partial.{owner}.{os.getpid()}")
-  write(partial)
-  place(partial, export_dir)
+  _clear_leftovers(parent, name)
+  partial = os.path.join(parent, f".{name}.partial.{secrets.token_hex(4)}")
+  # The copy's owner record, written before the copy, deleted after it.
+  tf.io.gfile.makedirs(parent)
+  owner = claim.Record(partial + _RECORD, lambda _: claim.Process.this(
+      ).fields())
+  owner.write()
+  try:
+    write(partial)
+    place(partial, export_dir)
+  finally:
+    if tf.io.gfile.exists(partial):  # It failed: nothing half-written stays.
+      tf.io.gfile.rmtree(partial)
+    owner.remove()
   return export_dir
 
 
@@ -276,34 +288,47 @@ def _copy_saved_model(source: str, target: str) -> None:
     tf.io.gfile.copy(os.path.join(source, name), os.path.join(target, name))
 
 
-def _owner() -> str:
-  """This machine and pid namespace, short: where a pid names one process."""
-  return claim.Process.this().machine
-
-
-def _clear_leftovers(parent: str, name: str, owner: str) -> None:
+def _clear_leftovers(parent: str, name: str) -> None:
   """Deletes the hidden copies of `name` that interrupted exports left.
 
-  A copy's name is its owner's record: `.<name>.partial.<machine>.<pid>`.
-  Those of a process of this machine (`owner`, `_owner()`) that is gone
-  (`claim.Judge`) go, and those of versions that named them
-  `.<name>.partial`. Another machine's copy may be an export in flight: it
-  stays.
+  A copy `.<name>.partial.<token>` has its owner's record beside it
+  (`<copy>.json`, `tfm_ext.model_dir.claim`): where `claim.Judge` finds
+  its owner gone (a process of this machine that is not running; an
+  export has no heartbeat, so another machine's copy may be one in flight
+  and stays), the copy and its record go. So do the copies of versions
+  that named them `.<name>.partial`, or `.<name>.partial.<machine>.<pid>`
+  (this machine's, judged by the pid alone).
   """
   prefix = f".{name}.partial"
-  mine = f"{prefix}.{owner}."
   if not tf.io.gfile.isdir(parent):
     return
   judge = claim.Judge()  # Never stale: an export has no heartbeat.
-  for entry in tf.io.gfile.listdir(parent):
-    entry = entry.rstrip("/")
-    pid = entry[len(mine):] if entry.startswith(mine) else ""
-    # The name holds the pid only: judged by it alone (this process's
-    # start time is not that pid's).
-    other = {**judge.me.fields(), "pid": int(pid or 0)}
-    other.pop("pid_start", None)
-    if entry == prefix or (pid.isdigit() and judge.gone_because(other)):
-      tf.io.gfile.rmtree(os.path.join(parent, entry))
+  entries = [entry.rstrip("/") for entry in tf.io.gfile.listdir(parent)]
+  for entry in entries:
+    path = os.path.join(parent, entry)
+    if entry == prefix or _left_by_a_gone_pid(entry, prefix, judge):
+      tf.io.gfile.rmtree(path)
+    elif entry.startswith(prefix + ".") and entry.endswith(_RECORD):
+      try:
+        record = claim.read(path, {"host": str, "pid": int})
+      except files.Damaged:
+        continue  # Whose it is cannot be told: it stays.
+      if record is not None and judge.gone_because(record):
+        copy = path[:-len(_RECORD)]
+        if tf.io.gfile.exists(copy):
+          tf.io.gfile.rmtree(copy)
+        claim.remove(path)
+
+
+def _left_by_a_gone_pid(entry: str, prefix: str, judge: claim.Judge) -> bool:
+  """Whether `entry` is a copy an older version named after this machine
+  and a pid (`<prefix>.<machine>.<pid>`) that is gone."""
+  mine = f"{prefix}.{judge.me.machine}."
+  pid = entry[len(mine):] if entry.startswith(mine) else ""
+  # The name holds the pid only: judged by it alone.
+  other = {**judge.me.fields(), "pid": int(pid or 0)}
+  other.pop("pid_start", None)
+  return pid.isdigit() and bool(judge.gone_because(other))
 
 
 def checkpoint_to_export(model_dir: str, best_subdir: str,

@@ -4,8 +4,9 @@ Two trainers on one `model_dir` would interleave their checkpoints and best
 list, so a training run's chief holds `model_dir/trainer_lease.json` from
 before it builds anything until it ends, however it ends:
 
-    {"host": "vm-3", "pid": 4121, "pid_space": "<boot id>/pid:[4026531836]",
-     "pid_start": 81234, "token": "9f0c...", "started": 1764560000.0,
+    {"owner": "vm-3:4121:5e1d...", "host": "vm-3", "pid": 4121,
+     "pid_space": "<boot id>/pid:[4026531836]", "pid_start": 81234,
+     "token": "9f0c...", "started": 1764560000.0,
      "beats": 4, "heartbeat": 1764560042.5}
 
 A thread rewrites it every `heartbeat_seconds`, counting `beats` and
@@ -26,7 +27,7 @@ liveness before clocks:
 * otherwise (another host, or a holder stopped by SIGSTOP or a debugger):
   a heartbeat stamped within `3 * heartbeat_seconds` of this host's clock
   (either way): it refuses at once. A clock can only make it refuse here,
-  never take a lease;
+  never take a lease (`claim.Judge.alive`: the rule of every record);
 * else it watches the lease, a beat at a time, until the holder beats
   again (refuse) or the lease has not changed for `stale_seconds` on this
   trainer's monotonic clock (take it, with a warning). The holder's beat
@@ -112,9 +113,9 @@ dead holder whose clock led this host's by up to `3 * heartbeat_seconds`
 is refused for that long (a refusal, never a takeover).
 """
 
+import dataclasses
 import os
 import secrets
-import socket
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -169,8 +170,8 @@ class Lease:
       changed (staleness).
     sleep: `time.sleep`, for watching a lease and the claims.
     status: what a pid of this machine is (`claim.process_status`).
-    host, pid, space, start: who this process is (`socket.gethostname()`,
-      `os.getpid()`, `pid_space()`, `claim.pid_start(pid)`).
+    host, pid, space, start: who this process is (by default
+      `claim.Process.this()`'s; `start`: `claim.pid_start(pid)`).
     heartbeat_seconds, stale_seconds, poll_seconds: see the module
       docstring (the first two: by default `tfm_ext.base.settings`').
     beat_in_background: start the heartbeat thread once acquired (tests
@@ -197,11 +198,12 @@ class Lease:
     self._interrupt = interrupt
     self.path = os.path.join(model_dir, FILENAME)
     self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
-    pid = os.getpid() if pid is None else pid
-    self._me = claim.Process(
-        socket.gethostname() if host is None else host, pid,
-        pid_space() if space is None else space,
-        claim.pid_start(pid) if start is None else start)
+    this = claim.Process.this()
+    pid = this.pid if pid is None else pid
+    self._me = dataclasses.replace(
+        this, host=this.host if host is None else host, pid=pid,
+        space=this.space if space is None else space,
+        start=claim.pid_start(pid) if start is None else start)
     timings = settings.get()
     heartbeat_seconds = (timings.lease_heartbeat_seconds
                          if heartbeat_seconds is None else heartbeat_seconds)
@@ -212,7 +214,8 @@ class Lease:
         stale_reason="it has not changed for {age:.0f}s as this trainer "
         "watched it",
         own_pid_reason="its pid is this process's: an earlier run of it left "
-        "the lease")
+        "the lease", fresh_seconds=_MISSED_BEATS * heartbeat_seconds,
+        clock=clock)
     # How long each lease and claim has not changed, on `monotonic`.
     self._unchanged = claim.Unchanged(monotonic)
     self._heartbeat_seconds = heartbeat_seconds
@@ -277,7 +280,7 @@ class Lease:
         return
       first = min(live, key=lambda c: c["token"])
       if first["token"] < self._token and (
-          self._fresh(first) or self._judge.runs_here(first)):
+          self._judge.alive(first)):
         self._withdraw()
         raise UsageError(self._in_use_message(self._winner(first)))
       if first["token"] < self._token and not watched:
@@ -436,7 +439,7 @@ class Lease:
         logging.warning("Taking over %s: %s (%s).", self.path, gone,
                         self._describe(held))
         return None
-      if self._fresh(held) or self._judge.runs_here(held):
+      if self._judge.alive(held):
         return held
       if not watching:
         logging.warning(
@@ -454,15 +457,6 @@ class Lease:
         return now  # It beat again, or another trainer just took it.
       held = now
     return None
-
-  def _fresh(self, record: Dict[str, Any]) -> bool:
-    """Whether `record` was stamped within a few beats of this host's clock.
-
-    Either way: a stamp from the future (a host whose clock leads) is no
-    fresher than one from the past. Only ever a reason to refuse.
-    """
-    age = self._clock() - record["heartbeat"]
-    return abs(age) <= _MISSED_BEATS * self._heartbeat_seconds
 
   def _gone_because(self, record: Dict[str, Any],
                     key: Optional[str] = None) -> str:

@@ -293,8 +293,7 @@ def job(make_plan: Callable[[], Optional[Plan]],
   ending = _Ending()
   try:
     with failures.boundary():
-      settings.load()
-      plan = make_plan()
+      plan = make_plan()  # The settings parsed in there (`prepare`).
       summary = None if plan is None else _run(plan, ending)
   finally:
     # Every way out passes here (an exit is a SystemExit, a second signal

@@ -46,7 +46,6 @@ from official.core import base_task
 from official.core import base_trainer
 from official.core import config_definitions
 
-from tfm_ext.base import settings
 from tfm_ext.config import params as params_lib
 from tfm_ext.base.errors import RunFailed
 from tfm_ext.base.errors import UsageError
@@ -164,7 +163,6 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
       registry=tuple(registry), allow_config_change=allow_config_change,
       checkpoint_path=checkpoint_path)
   try:
-    settings.load()
     plan = driver.plan_for(request)
   except UsageError as e:
     e.exit_code = UsageError.EXIT_CODE
