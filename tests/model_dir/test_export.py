@@ -216,14 +216,14 @@ def test_an_interrupted_exports_leftover_is_cleared_first(trained,
             "dead2": claim.Process(me.host, dead.pid, me.space),
             "live1": claim.Process(me.host, live.pid, me.space),
             "else1": claim.Process("another-host", dead.pid, me.space)}
+  exports.mkdir(exist_ok=True)
   for token, process in owners.items():
-    (exports / f".300.partial.{token}.json").parent.mkdir(exist_ok=True)
-    (exports / f".300.partial.{token}.json").write_text(
+    (exports / f".300.owner.{token}.json").write_text(
         json.dumps(process.fields()))
-  leftovers += [".300.partial.dead1", ".300.partial.dead1.json",
-                ".300.partial.dead2.json"]
-  in_flight += [".300.partial.live1", ".300.partial.live1.json",
-                ".300.partial.else1", ".300.partial.else1.json"]
+  leftovers += [".300.partial.dead1", ".300.owner.dead1.json",
+                ".300.owner.dead2.json"]
+  in_flight += [".300.partial.live1", ".300.owner.live1.json",
+                ".300.partial.else1", ".300.owner.else1.json"]
   try:
     for name in leftovers + in_flight:
       if not name.endswith(".json"):
@@ -281,9 +281,10 @@ def test_an_export_that_fails_leaves_neither_its_copy_nor_its_record(
   def write(partial):
     os.makedirs(partial)
     (pathlib.Path(partial) / "half_written").write_text("")
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.path.basename(partial), os.path.basename(partial) + ".json"])
-    record = json.loads(pathlib.Path(partial + ".json").read_text())
+    token = partial.rsplit(".", 1)[1]
+    assert sorted(os.listdir(tmp_path)) == [f".300.owner.{token}.json",
+                                            f".300.partial.{token}"]
+    record = json.loads((tmp_path / f".300.owner.{token}.json").read_text())
     assert record["owner"] == claim.Process.this().id
     raise OSError("a disk that filled up")
 

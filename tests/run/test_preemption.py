@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import DOUBLES_TRAIN, REPO, numeric_tensors
+from tfm_ext.base import failures
 from tfm_ext.run import preemption
 
 SPL = 10  # steps_per_loop
@@ -218,6 +219,30 @@ def test_a_second_signal_in_a_finalizer_still_aborts_without_a_traceback(
   assert str(aborted.value) == "SIGUSR1"
   assert "Exception ignored" not in capfd.readouterr().err
   assert sys.unraisablehook is hook
+
+
+def test_a_second_signal_that_code_swallowed_still_aborts_at_the_end():
+  # A library's `except` took it, or turned it into an error that an
+  # `except Exception` of ours went on after: the job still ends aborted.
+  with pytest.raises(preemption.SecondSignal):
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
+      os.kill(os.getpid(), signal.SIGUSR1)
+      try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+      except KeyboardInterrupt:
+        pass
+  with pytest.raises(preemption.SecondSignal) as reraised:
+    with preemption.SignalWatcher(signals=(signal.SIGUSR1,)):
+      os.kill(os.getpid(), signal.SIGUSR1)
+      try:
+        try:
+          os.kill(os.getpid(), signal.SIGUSR1)
+        except KeyboardInterrupt as e:
+          raise ImportError("initialization failed") from e
+      except Exception as e:  # pylint: disable=broad-except
+        failures.reraise_interrupt(e)
+        raise AssertionError("went on after the second signal") from e
+  assert reraised.value.__cause__ is None  # The signal's own, not the error.
 
 
 def test_an_error_after_one_signal_is_left_as_it_is():

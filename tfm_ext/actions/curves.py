@@ -322,6 +322,7 @@ def refresh(model_dir: str, trainer_config, pending: Optional[Rows] = None
         main_metrics=[metric] if metric else None))
     return True
   except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
     # A full disk, or a trainer that lost its lease (nothing written): one
     # line; anything else may be a bug, with its traceback.
     expected = isinstance(e, UsageError) or failures.storage_fault(e)

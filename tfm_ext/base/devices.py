@@ -10,6 +10,8 @@ from typing import Callable, Optional, Sequence, Tuple
 from absl import logging
 import tensorflow as tf
 
+from tfm_ext.base import failures
+
 
 def local_devices(strategy: tf.distribute.Strategy) -> Sequence[str]:
   """The devices of this worker's replicas; with no strategy, the one in use."""
@@ -84,6 +86,7 @@ def traced_or_eager(fn: Callable) -> Callable:
   try:
     traced.get_concrete_function()
   except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
     logging.warning("%s cannot be traced (%s: %s); it runs eagerly.",
                     getattr(fn, "__name__", fn), type(e).__name__, e)
     return fn

@@ -651,6 +651,24 @@ def _input_pattern(name: str) -> str:
       "the task's input")
 
 
+def reraise_interrupt(error: BaseException) -> None:
+  """Raises the second signal's `KeyboardInterrupt` that `error` is made of.
+
+  For an `except Exception` that would go on after `error` (a figure not
+  drawn, a function left eager): a second signal ends the job wherever it
+  finds it, and the code it interrupts may raise its own error of it (an
+  extension module whose initialization it cut short raises `ImportError:
+  initialization failed`). That error is the signal, not the code's fault.
+  """
+  seen = set()
+  cause: Optional[BaseException] = error
+  while cause is not None and id(cause) not in seen:
+    if isinstance(cause, KeyboardInterrupt):
+      raise cause
+    seen.add(id(cause))
+    cause = cause.__cause__ or cause.__context__
+
+
 _TASK = re.compile(r"/job:\w+/replica:\d+/task:\d+")
 
 

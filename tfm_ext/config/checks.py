@@ -73,6 +73,7 @@ from tfm_ext.model_dir import usable
 from tfm_ext.base import devices as devices_lib
 from tfm_ext.training import custom_trainer
 from tfm_ext.base import registry
+from tfm_ext.base import failures
 
 # The name base_trainer gives its validation loss metric, logged by every
 # evaluation whose task reports a loss.
@@ -672,7 +673,8 @@ def _built(build: Callable[[], Any]) -> Any:
   """
   try:
     return build()
-  except Exception:  # pylint: disable=broad-except
+  except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
     logging.info("Could not list the evaluation's metric names here.",
                  exc_info=True)
     return None

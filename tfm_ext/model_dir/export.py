@@ -62,7 +62,8 @@ from tfm_ext.base import failures
 
 SUBDIR = "export"
 _SAVED_MODEL_PB = "saved_model.pb"
-# An export's copy in progress has its owner's record beside it, so named.
+# An export's copy in progress has its owner's record beside it
+# (`_owner_record`).
 _RECORD = ".json"
 SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 
@@ -218,11 +219,12 @@ def write_placed(export_dir: str, write: Callable[[str], None]) -> str:
     raise FileExistsError(f"{export_dir} exists; not overwritten.")
   parent, name = os.path.split(export_dir)
   _clear_leftovers(parent, name)
-  partial = os.path.join(parent, f".{name}.partial.{secrets.token_hex(4)}")
+  token = secrets.token_hex(4)
+  partial = os.path.join(parent, f".{name}.partial.{token}")
   # The copy's owner record, written before the copy, deleted after it.
   tf.io.gfile.makedirs(parent)
-  owner = claim.Record(partial + _RECORD, lambda _: claim.Process.this(
-      ).fields())
+  owner = claim.Record(_owner_record(parent, name, token),
+                       lambda _: claim.Process.this().fields())
   owner.write()
   try:
     write(partial)
@@ -291,15 +293,16 @@ def _copy_saved_model(source: str, target: str) -> None:
 def _clear_leftovers(parent: str, name: str) -> None:
   """Deletes the hidden copies of `name` that interrupted exports left.
 
-  A copy `.<name>.partial.<token>` has its owner's record beside it
-  (`<copy>.json`, `tfm_ext.model_dir.claim`): where `claim.Judge` finds
-  its owner gone (a process of this machine that is not running; an
-  export has no heartbeat, so another machine's copy may be one in flight
-  and stays), the copy and its record go. So do the copies of versions
+  A copy `.<name>.partial.<token>` has its owner's record beside it,
+  `.<name>.owner.<token>.json` (`tfm_ext.model_dir.claim`; not a name that
+  begins with the copy's, which an object store lists as in it). Where
+  `claim.Judge` finds its owner gone (a process of this machine that is
+  not running; an export has no heartbeat, so another machine's copy may
+  be one in flight and stays), the copy and its record go. So do the copies of versions
   that named them `.<name>.partial`, or `.<name>.partial.<machine>.<pid>`
   (this machine's, judged by the pid alone).
   """
-  prefix = f".{name}.partial"
+  prefix, owners = f".{name}.partial", f".{name}.owner."
   if not tf.io.gfile.isdir(parent):
     return
   judge = claim.Judge()  # Never stale: an export has no heartbeat.
@@ -308,16 +311,21 @@ def _clear_leftovers(parent: str, name: str) -> None:
     path = os.path.join(parent, entry)
     if entry == prefix or _left_by_a_gone_pid(entry, prefix, judge):
       tf.io.gfile.rmtree(path)
-    elif entry.startswith(prefix + ".") and entry.endswith(_RECORD):
+    elif entry.startswith(owners) and entry.endswith(_RECORD):
       try:
         record = claim.read(path, {"host": str, "pid": int})
       except files.Damaged:
         continue  # Whose it is cannot be told: it stays.
       if record is not None and judge.gone_because(record):
-        copy = path[:-len(_RECORD)]
-        if tf.io.gfile.exists(copy):
-          tf.io.gfile.rmtree(copy)
+        copy = f"{prefix}.{entry[len(owners):-len(_RECORD)]}"
+        if copy in entries:
+          tf.io.gfile.rmtree(os.path.join(parent, copy))
         claim.remove(path)
+
+
+def _owner_record(parent: str, name: str, token: str) -> str:
+  """Where the owner of the copy `.<name>.partial.<token>` is recorded."""
+  return os.path.join(parent, f".{name}.owner.{token}{_RECORD}")
 
 
 def _left_by_a_gone_pid(entry: str, prefix: str, judge: claim.Judge) -> bool:

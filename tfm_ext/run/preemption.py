@@ -166,16 +166,17 @@ class SignalWatcher:
       os.close(read_fd)
       self._wakeup = self._thread = None
       sys.unraisablehook = self._unraisable_hook
-    if isinstance(error, Exception):
+    if error is None or isinstance(error, Exception):
       self.check_aborted(error)
 
-  def check_aborted(self, error: BaseException) -> None:
+  def check_aborted(self, error: Optional[BaseException]) -> None:
     """Raises `SecondSignal` from `error` if a second signal came.
 
     The second signal's exception is raised wherever the signal found the
     job, TensorFlow's tracing included, and the code it interrupted may
     raise something else of it (an `AttributeError` of a half-built
-    object): whatever comes out, the job was aborted.
+    object), or swallow it (None: the block ended as if none came):
+    whatever comes out, the job was aborted.
     """
     if self._second is not None and not isinstance(error, SecondSignal):
       self._raised = True

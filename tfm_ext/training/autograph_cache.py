@@ -51,6 +51,8 @@ from typing import Optional
 from absl import logging
 import tensorflow as tf
 
+from tfm_ext.base import failures
+
 ENV = "TFM_EXT_AUTOGRAPH_CACHE"
 OFF = "off"
 # Bump when an entry's layout or what its key covers changes.
@@ -250,6 +252,7 @@ class _DiskCache:
     except FileNotFoundError:
       return None
     except Exception as e:  # pylint: disable=broad-except
+      failures.reraise_interrupt(e)
       # A damaged, truncated or foreign entry: convert and rewrite it.
       logging.info("AutoGraph cache entry %s is not usable (%s: %s); "
                    "converting again.", path, type(e).__name__, e)
@@ -282,6 +285,7 @@ class _DiskCache:
       os.replace(temporary, path)
       self.writes += 1
     except Exception as e:  # pylint: disable=broad-except
+      failures.reraise_interrupt(e)
       # The run goes on without this entry; the next launch converts it.
       logging.info("AutoGraph cache entry %s not written (%s: %s).", path,
                    type(e).__name__, e)
