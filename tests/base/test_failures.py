@@ -180,6 +180,7 @@ def a_run():
           validation_data=types.SimpleNamespace(input_path="/data/val*")),
       as_dict=lambda: {"task": {"model": {"num_classes": 2}},
                        "trainer": {"train_steps": 2}})
+  failures.reset()  # Not the step of a run an earlier test left in here.
   failures.set_run(model_dir="/m", params=params)
   yield
   failures.reset()
