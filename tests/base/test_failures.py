@@ -172,6 +172,14 @@ def _graph_error(op, reason):
       f"\t [[{{{{node {op}}}}}]] [Op:__inference_loop_fn_123]"))
 
 
+@pytest.fixture(autouse=True)
+def no_run_left():
+  """Each test classifies as the first of its process: not with the step,
+  model_dir or config of a run an earlier test ran in it."""
+  failures.reset()
+  yield
+
+
 @pytest.fixture
 def a_run():
   params = types.SimpleNamespace(
@@ -180,7 +188,6 @@ def a_run():
           validation_data=types.SimpleNamespace(input_path="/data/val*")),
       as_dict=lambda: {"task": {"model": {"num_classes": 2}},
                        "trainer": {"train_steps": 2}})
-  failures.reset()  # Not the step of a run an earlier test left in here.
   failures.set_run(model_dir="/m", params=params)
   yield
   failures.reset()
