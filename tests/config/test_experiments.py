@@ -66,3 +66,42 @@ def test_an_experiment_of_another_tfm_family_names_its_registry():
 def test_tfm_ranking_experiments_come_with_tfm_ext_ranking():
   assert experiments.registry_for(experiments.tfm_module_registering(
       "dcn_criteo")) == "tfm_ext.training.ranking"
+
+
+def test_tfm_nlp_experiments_are_known_and_listed_by_their_nested_names(
+    tmp_path):
+  # TFM registers `bert/sentence_prediction` as ["bert"]["sentence_prediction"].
+  listed = _python("-m", "tfm_ext", "--list",
+                   "--registry=official.common.registry_imports", cwd=tmp_path)
+  assert listed.returncode == 0, listed.stderr
+  names = {line.split()[0] for line in listed.stdout.split("tasks:")[0]
+           .splitlines()[1:]}
+  assert {"bert/sentence_prediction", "bert/tagging", "electra/pretraining",
+          "wmt_transformer/large"} <= names
+  assert not {"bert", "electra", "wmt_transformer"} & names
+  group = _python("-m", "tfm_ext", "--experiment=bert", "--print_config",
+                  "--registry=official.common.registry_imports", cwd=tmp_path)
+  assert group.returncode == 2, group.stderr
+  assert "Traceback" not in group.stderr
+  assert ("'bert' is a group of TFM's registry, not an experiment; its "
+          "experiments: --experiment=bert/pretraining") in group.stderr
+  shown = _python("-m", "tfm_ext", "--experiment=bert/tagging",
+                  "--print_config", "--params_override=task.model.head_dropout=0.3",
+                  "--registry=official.common.registry_imports", cwd=tmp_path)
+  assert shown.returncode == 0, shown.stderr
+  assert "head_dropout: 0.3" in shown.stdout
+
+
+def test_the_registry_an_unknown_name_suggests_was_imported_and_registers_it():
+  # YOLO's experiments are registered by a module under configs/, their
+  # task by the project's common/registry_imports: the hint names the one
+  # that registers both, found by importing it, not by the path's shape.
+  message = experiments.unknown_message("coco_yolov7tiny")
+  assert message.endswith("TFM's official.projects.yolo.configs.yolov7 "
+                          "registers it: pass --registry=official.projects."
+                          "yolo.common.registry_imports.")
+  assert experiments.is_known("coco_yolov7tiny")
+  experiments.import_registries(["official.common.registry_imports"])
+  assert experiments.unknown_message("bert/sentence_predction").startswith(
+      "Unknown experiment 'bert/sentence_predction'. Did you mean "
+      "'bert/sentence_prediction'?")

@@ -23,12 +23,14 @@ import os
 import pkgutil
 import re
 import sys
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 
 from official.core import exp_factory
+from official.core import task_factory
 
+from tfm_ext.base import failures
 from tfm_ext.base.errors import UsageError
 
 # What stock's train.py imports for its registrations.
@@ -52,9 +54,26 @@ _REGISTERED_AS = re.compile(
     r"register_config_factory\(\s*['\"]([^'\"]+)['\"]")
 
 
+def registered() -> Dict[str, Callable[[], Any]]:
+  """Every registered experiment's factory by the name TFM gives it.
+
+  TFM's registry nests a name with slashes (`bert/sentence_prediction` is
+  `["bert"]["sentence_prediction"]`); a group (`bert`) is no experiment.
+  """
+  return dict(_leaves(exp_factory._REGISTERED_CONFIGS))  # pylint: disable=protected-access
+
+
+def _leaves(collection: Dict[str, Any], prefix: str = ""):
+  for key, value in collection.items():
+    if isinstance(value, dict):
+      yield from _leaves(value, f"{prefix}{key}/")
+    else:
+      yield f"{prefix}{key}", value
+
+
 def names() -> List[str]:
-  """The experiments registered now, sorted."""
-  return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
+  """The experiments registered now, sorted, nested ones as `a/b`."""
+  return sorted(registered())
 
 
 def load_defaults() -> None:
@@ -75,23 +94,32 @@ def register_for(experiment: str, gin_given: bool) -> None:
   bindings are given (they may name the defaults' configurables, as they
   may with stock's `train.py`).
   """
-  if gin_given or experiment not in exp_factory._REGISTERED_CONFIGS:  # pylint: disable=protected-access
+  if gin_given or experiment not in registered():
     load_defaults()
 
 
 def is_known(name: str) -> bool:
   """Whether `name` is registered, after the defaults if it was not."""
-  if name in exp_factory._REGISTERED_CONFIGS:  # pylint: disable=protected-access
+  if name in registered():
     return True
   load_defaults()
-  return name in exp_factory._REGISTERED_CONFIGS  # pylint: disable=protected-access
+  return name in registered()
 
 
 def unknown_message(name: str) -> str:
-  """Says `name` is unknown, the closest registered ones, how to add more."""
+  """Says `name` is unknown, the closest registered ones, how to add more.
+
+  A registry module it names is one that was imported here and registered
+  `name` and its task (`registry_registering`), not a guess from a path.
+  """
   load_defaults()
   known = names()
   message = f"Unknown experiment {name!r}."
+  group = [n for n in known if n.startswith(f"{name.rstrip('/')}/")]
+  if group:
+    return message + (f" {name!r} is a group of TFM's registry, not an "
+                      "experiment; its experiments: "
+                      + ", ".join(f"--experiment={n}" for n in group) + ".")
   close = difflib.get_close_matches(name, known, n=3)
   if close:
     message += f" Did you mean {close[0]!r}?"
@@ -99,8 +127,12 @@ def unknown_message(name: str) -> str:
     message += " (Also close: " + ", ".join(map(repr, close[1:])) + ".)"
   where = tfm_module_registering(name)
   if where:
-    return message + (f" TFM's {where} registers it: pass "
-                      f"--registry={registry_for(where)}.")
+    registry, failed = registry_registering(name, where)
+    if registry:
+      return message + (f" TFM's {where} registers it: pass "
+                        f"--registry={registry}.")
+    return message + (f" TFM's {where} registers it, but it cannot be "
+                      f"imported here: {failed}")
   return message + (
       f" {len(known)} are registered (--list shows them): this "
       "repository's or tfm_ext's, TFM's vision experiments and those of "
@@ -133,21 +165,69 @@ def tfm_module_registering(name: str) -> Optional[str]:
 
 
 def registry_for(module: str) -> str:
-  """The `--registry` that registers `module`'s experiments and their tasks."""
-  path = module.replace(".", "/") + "/"
-  for prefix, family in FAMILIES.items():
-    if path.startswith(prefix):
-      return family
-  package = module.rsplit(".", 2)[0]  # official.projects.X.configs.y -> X
-  while package.count(".") >= 2:
-    candidate = f"{package}.registry_imports"
+  """The `--registry` that registers `module`'s experiments and their tasks.
+
+  Checked by importing the candidates (`registry_registering`) where the
+  experiment is known; else the first candidate, or `module` itself.
+  """
+  return next(iter(_candidates(module)), module)
+
+
+def registry_registering(name: str, module: str) -> Tuple[str, str]:
+  """(the first candidate registry of `module` that, imported, registers
+  experiment `name` and its task; '') or ('', why none did)."""
+  why = f"no registry module of {module} registers it and its task."
+  for candidate in _candidates(module):
     try:
-      if importlib.util.find_spec(candidate) is not None:
-        return candidate
-    except ImportError:
-      pass
+      with gin.unlock_config():
+        importlib.import_module(candidate)
+    except Exception as e:  # pylint: disable=broad-except
+      # Any error of a module of TFM's that needs packages of its own.
+      failures.reraise_interrupt(e)
+      why = f"importing {candidate} failed: {type(e).__name__}: {e}"
+      continue
+    if _registers_task(name):
+      return candidate, ""
+  return "", why
+
+
+def _registers_task(name: str) -> bool:
+  """Whether experiment `name` is registered and so is its task."""
+  factory = registered().get(name)
+  if factory is None:
+    return False
+  try:
+    task_config = factory().task
+  except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
+    return False
+  return type(task_config) in task_factory._REGISTERED_TASK_CLS  # pylint: disable=protected-access
+
+
+def _candidates(module: str) -> List[str]:
+  """The modules that may register `module`'s experiments and tasks: its
+  family's (`FAMILIES`), a `registry_imports` of its project (nearest
+  first), then `module` itself."""
+  path = module.replace(".", "/") + "/"
+  found = [family for prefix, family in FAMILIES.items()
+           if path.startswith(prefix)]
+  package = module.rsplit(".", 1)[0]
+  while package.count(".") >= 2:  # official.projects.X.configs -> X
+    spec = _find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+      for info in sorted(pkgutil.walk_packages([folder], f"{package}."),
+                         key=lambda i: (i.name.count("."), i.name)):
+        if info.name.endswith(".registry_imports") and info.name not in found:
+          found.append(info.name)
     package = package.rsplit(".", 1)[0]
-  return f"{module} (with the module that registers its task)"
+  return found + [module]
+
+
+def _find_spec(name: str):
+  try:
+    return importlib.util.find_spec(name)
+  except ImportError:
+    return None
 
 
 def import_registries(modules) -> None:

@@ -4,7 +4,6 @@
 docstring.
 """
 
-from official.core import exp_factory
 from official.core import task_factory
 
 from tfm_ext import actions
@@ -21,12 +20,9 @@ def _first_line(obj) -> str:
 def registered() -> str:
   """What is registered (experiments, tasks, trainers, models, actions)."""
   experiments.load_defaults()
-  # pylint: disable=protected-access
-  configs = exp_factory._REGISTERED_CONFIGS
   tasks = {cls.__name__: cls
-           for cls in task_factory._REGISTERED_TASK_CLS.values()}
-  # pylint: enable=protected-access
-  sections = [("experiments", {n: configs[n] for n in experiments.names()}),
+           for cls in task_factory._REGISTERED_TASK_CLS.values()}  # pylint: disable=protected-access
+  sections = [("experiments", experiments.registered()),
               ("tasks", tasks),
               # Without loading a lazily registered one (its dependency).
               ("trainers", trainers.TRAINERS.entries()),
