@@ -233,3 +233,11 @@ def _chief_stops(context: tfm_ext.ActionContext):
 
 
 tfm_ext.register_action("chief_stops", phase="train")(_chief_stops)
+
+
+@tfm_ext.register_model("preset_convnet")
+def _preset_convnet(config):
+  """A builder that fills its config in, as ViT's `model_name` does: the
+  preset's sizes are written into the config it was given."""
+  config.override({"filters": [8], "dense_units": 16}, is_strict=True)
+  return tfm_ext.build_model("digits_convnet", config)

@@ -45,6 +45,7 @@ lost permission); 2 bad input, before anything is written or once running
 """
 
 import contextlib
+import copy
 import dataclasses
 import logging as std_logging
 import os
@@ -88,7 +89,6 @@ from tfm_ext.base import failures
 from tfm_ext.run import modes
 from tfm_ext.run import preemption
 from tfm_ext.run import strategies
-from tfm_ext.run import waits
 from tfm_ext.training import autograph_cache
 from tfm_ext.training import trainers
 from tfm_ext.base.errors import EXIT_PREEMPTED
@@ -174,13 +174,13 @@ def prepare(request: RunRequest) -> Plan:
         request, mode))
   params = request.params
   failures.set_run(params=params)
+  # The records the config names, of their kind (`usable.RECORDS`).
+  usable.check_records(request.model_dir, params, request.mode)
   trainer_cls = trainers.get_trainer(params.trainer.name)
   checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
   notify.check_url(notify.url_of(request))
-  waited_for = strategies.waits_for(params)
-  with (waits.announced(waited_for) if waited_for
-        else contextlib.nullcontext()):
-    strategy = strategies.build_strategy(params)
+  # TF_CONFIG checked, its cluster waited for, the strategy built.
+  strategy = strategies.start(params)
   checks.check_with_strategy(params, trains=mode.trains,
                              evaluates=mode.evaluates,
                              needs_checkpoint=mode.needs_checkpoint,
@@ -475,7 +475,7 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
                            interrupt=watcher.check_start)
   try:
     try:
-      parts = assembly.assemble(plan, watcher, supplied, held)
+      parts = assembly.assemble(_to_build(plan), watcher, supplied, held)
     except Exception as e:
       _failed(plan, None, 0, e)  # Classified; a bug's summary written.
       raise
@@ -488,6 +488,20 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
     tf_keras.mixed_precision.set_global_policy(policy)
     if held:
       held.release()
+
+
+def _to_build(plan: Plan) -> Plan:
+  """`plan` with a copy of its config, for the builders to fill in.
+
+  A builder may complete the config it is given while it builds (ViT's
+  `model_name` sets `hidden_size` and the rest, YOLO's input sets its data
+  seed), as stock TFM lets it. What the user gave stays the run's config:
+  the `params.yaml` written, what a resume is compared with, what an
+  in-process restart checks again; stock writes its config before it
+  builds for the same reason.
+  """
+  return dataclasses.replace(plan, request=dataclasses.replace(
+      plan.request, params=copy.deepcopy(plan.request.params)))
 
 
 def _failed(plan: Plan, parts: Optional[assembly.Parts], resumes: int,
@@ -551,8 +565,9 @@ def _drive(plan: Plan, parts: assembly.Parts,
         logs = mode.run(ctx)
         if not (mode.trains or mode.evaluates) and logs:  # An export's.
           parts.eval_progress.last_logs = scalars(logs)
-      elif mode.evaluates and not _evaluated_last_step(previous, parts):
-        # Stopped in (or before) the final evaluation: that one is left.
+      elif parts.catch_up:
+        # The checkpoint holds the state before the final evaluation: that
+        # one is left (killed in or before it, or run again from it).
         parts.controller.evaluate(steps=request.params.trainer.validation_steps)
     watcher.check_stopped(mode.stops_on_signal,
                           int(parts.trainer.global_step.numpy()))
@@ -660,14 +675,9 @@ def _stopped_at(previous: Optional[RunSummary], restored_step: int,
   return (previous is not None and previous.status == "completed"
           and previous.stopped_early_at is not None
           and previous.stopped_early_at == restored_step
-          and previous.train_steps == train_steps)
-
-
-def _evaluated_last_step(previous: Optional[RunSummary],
-                         parts: assembly.Parts) -> bool:
-  return (previous is not None and previous.status == "completed"
-          and previous.global_step == parts.restored_step
-          and bool(previous.eval_metrics))
+          and previous.train_steps == train_steps
+          # Early stopping's stop is the checkpoint's (`assembly.Parts`).
+          and not plateau.asked_by_early_stopping(previous.stop_reason))
 
 
 def _carry_over(summary: RunSummary, previous: Optional[RunSummary],
