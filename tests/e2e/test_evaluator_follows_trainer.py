@@ -120,3 +120,25 @@ def test_an_evaluator_started_before_its_trainer_follows_it(
   assert summary["eval_metrics"]["downstream/eval_marked"] == 1.0
   assert summary["global_step"] == 30
   assert trainer.summary()["mode"] == "train"
+
+
+def test_an_export_never_compares_the_training_schedule(
+    launch_forked, trained, tmp_path):
+  # The training command's flags, given to --mode=export after the trainer
+  # trained 30 steps: the schedule and the training data have no bearing on
+  # an export. The model does.
+  model_dir = copy_of(trained, tmp_path)
+  schedule = (f"--params_override={SMOKE},trainer.early_stopping.patience=9,"
+              "task.train_data.global_batch_size=32")
+  exported = launch_forked("--experiment=digits_convnet", "--mode=export",
+                           schedule, model_dir=model_dir, script=DOUBLES_TRAIN)
+  assert exported.returncode == 0, exported
+  assert os.path.isdir(os.path.join(model_dir, "export"))
+  other_model = launch_forked(
+      "--experiment=digits_convnet", "--mode=export",
+      "--params_override=task.model.dense_units=64", model_dir=model_dir,
+      script=DOUBLES_TRAIN)
+  assert other_model.returncode == 2, other_model
+  assert ("error: An export follows the trainer's config" in
+          other_model.stderr)
+  assert "task.model.dense_units: 128 -> 64" in other_model.stderr

@@ -208,16 +208,24 @@ EVALUATION_FIELDS = (
     "trainer.best_checkpoint_",
     "runtime.",
 )
+# An export reads the model and its checkpoint: how long and how often the
+# trainer trained (`config_drift.HARMLESS`) and its training data may
+# differ too.
+EXPORT_FIELDS = EVALUATION_FIELDS + config_drift.HARMLESS + (
+    "task.train_data.", "trainer.reduce_lr_on_plateau")
 
 
-def build(sources: ConfigSources,
-          follow: str = "") -> config_definitions.ExperimentConfig:
+def build(sources: ConfigSources, follow: str = "",
+          may_change: Tuple[str, ...] = EVALUATION_FIELDS
+          ) -> config_definitions.ExperimentConfig:
   """Returns the validated, locked experiment config with `trainer.name` set.
 
   Args:
     sources: the experiment and what the user passed.
     follow: the path of a trainer's `params.yaml` for an evaluator to follow
       (see the module docstring); empty to build from the experiment alone.
+    may_change: the dotted prefixes the flags may set otherwise than the
+      followed trainer (`EVALUATION_FIELDS`; an export's `EXPORT_FIELDS`).
   """
   if not experiments.is_known(sources.experiment):
     raise UsageError(experiments.unknown_message(sources.experiment))
@@ -254,7 +262,7 @@ def build(sources: ConfigSources,
         "trainer", name, trainers.TRAINERS.names()))
   params.override({"trainer": {"name": name}})
   if trained is not None:
-    _check_evaluation_only(trained, params.as_dict(), follow)
+    _check_follows(trained, params.as_dict(), follow, may_change)
 
   _check_one_ofs(params)
   try:
@@ -304,7 +312,8 @@ def trainer_params(model_dir: str) -> str:
 
 def follow_trainer(sources: ConfigSources,
                    params: config_definitions.ExperimentConfig,
-                   model_dir: str, wait: bool
+                   model_dir: str, wait: bool,
+                   may_change: Tuple[str, ...] = EVALUATION_FIELDS
                    ) -> config_definitions.ExperimentConfig:
   """The config an evaluator of `model_dir` runs: the trainer's, if any.
 
@@ -316,7 +325,8 @@ def follow_trainer(sources: ConfigSources,
   follow = (await_trainer_params(model_dir,
                                  params.trainer.continuous_eval_timeout)
             if wait else trainer_params(model_dir))
-  return build(sources, follow=follow) if follow else params
+  return (build(sources, follow=follow, may_change=may_change) if follow
+          else params)
 
 
 def await_trainer_params(model_dir: str, timeout: float,
@@ -347,17 +357,24 @@ def await_trainer_params(model_dir: str, timeout: float,
     sleep(1.0)
 
 
-def _check_evaluation_only(trained, requested, follow: str) -> None:
-  """Refuses flags that change more than evaluation fields of `trained`."""
-  changed = config_drift.diff(trained, requested, harmless=EVALUATION_FIELDS)
-  if changed:
-    raise UsageError(
-        f"An evaluator follows the trainer's config, {follow!r}, and may "
-        "change only evaluation fields (validation data and steps, "
-        "continuous_eval_timeout, the best-checkpoint keys, runtime); these "
-        "flags change the trainer's:\n" + "\n".join(changed) + "\nDrop "
-        "them (the trainer's values are used), or evaluate in another "
-        "--model_dir.")
+def _check_follows(trained, requested, follow: str,
+                   may_change: Tuple[str, ...]) -> None:
+  """Refuses flags that change more than `may_change` of `trained`."""
+  changed = config_drift.diff(trained, requested, harmless=may_change)
+  if not changed:
+    return
+  if may_change == EXPORT_FIELDS:
+    who, what = "An export", ("evaluation fields and the training schedule "
+                              "and data")
+  else:
+    who, what = "An evaluator", (
+        "evaluation fields (validation data and steps, "
+        "continuous_eval_timeout, the best-checkpoint keys, runtime)")
+  raise UsageError(
+      f"{who} follows the trainer's config, {follow!r}, and may change only "
+      f"{what}; these flags change the trainer's:\n" + "\n".join(changed)
+      + "\nDrop them (the trainer's values are used), or use another "
+      "--model_dir.")
 
 
 def with_tfm_ext_fields(params: config_definitions.ExperimentConfig

@@ -228,9 +228,11 @@ def _operative_params(request: RunRequest, mode: modes.Mode):
     with failures.phase("model_dir", request.model_dir):
       eval_claims.announce(request.model_dir)
   if not mode.trains:
-    params = params_lib.follow_trainer(request.sources, params,
-                                       request.model_dir,
-                                       wait=mode.waits_for_trainer)
+    params = params_lib.follow_trainer(
+        request.sources, params, request.model_dir,
+        wait=mode.waits_for_trainer,
+        may_change=(params_lib.EVALUATION_FIELDS if mode.evaluates
+                    else params_lib.EXPORT_FIELDS))
   return params
 
 
