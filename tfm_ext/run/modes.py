@@ -128,8 +128,23 @@ MODES = {
 }
 
 
+# Modes of TFM's other drivers that are not runs of one experiment here,
+# with what to run instead.
+ELSEWHERE = {
+    "continuous_train_and_eval": (
+        "--mode=continuous_train_and_eval is TFM NLP's continuous fine-tuning "
+        "(official/nlp/train.py, continuous_finetune_lib): it fine-tunes and "
+        "evaluates each new checkpoint of a pretraining run in turn, a "
+        "model_dir for each. Run official/nlp/train.py for it, or fine-tune "
+        "one checkpoint here: --mode=train_and_eval with "
+        "--params_override=task.init_checkpoint=PATH."),
+}
+
+
 def get_mode(name: str) -> Mode:
   """Returns the mode called `name`, or raises `UsageError` listing them."""
+  if name in ELSEWHERE:
+    raise UsageError(ELSEWHERE[name])
   if name not in MODES:
     raise UsageError(registry.unknown_name_message("mode", str(name),
                                                    list(MODES)))
