@@ -1,17 +1,23 @@
-"""Deterministic mode: `runtime.deterministic=true`, set once, here.
+"""Seeds always, deterministic mode on request: set once, here.
 
-With it, the same command gives bitwise the same weights, and a run killed
-and resumed gives bitwise the weights of one never interrupted (with the
-input iterator in the checkpoint, `trainer.checkpoint_input_iterator`).
-It sets:
-  * Python, NumPy and TensorFlow seeds from `runtime.seed`;
+`runtime.seed` (0 unless given) seeds Python, NumPy and TensorFlow in every
+run, which costs nothing: the same command on the same machine builds the
+same initial weights and reads the data in the same order, and another
+seed gives another draw. What it does not give is the same weights after
+training: some CPU and GPU kernels sum in an order that varies from run to
+run, and Keras's dropout draws from a stream a resume restarts.
+
+`runtime.deterministic=true` adds what makes the weights bitwise the same,
+for a run twice and for a run killed and resumed against one never
+interrupted (with the input iterator in the checkpoint,
+`trainer.checkpoint_input_iterator`), at some cost in speed:
   * TensorFlow op determinism (deterministic kernels, tf.data in order);
   * Keras random layers (dropout...) on `tf.random.Generator`, whose state
     is a variable of the layer and so travels in the checkpoint, where the
     default stateful random ops keep their state in the kernel and restart
     from their seed after a resume.
 
-All three are process-wide and cannot be undone in the process.
+All of it is process-wide and cannot be undone in the process.
 """
 
 from typing import Dict
@@ -22,14 +28,16 @@ import tf_keras
 
 
 def apply(runtime) -> bool:
-  """Sets deterministic mode if `runtime.deterministic`; returns whether set."""
+  """Seeds from `runtime.seed`; sets deterministic mode if
+  `runtime.deterministic`; returns whether it is set."""
+  seed = int(getattr(runtime, "seed", 0) or 0)
+  tf_keras.utils.set_random_seed(seed)
   if not getattr(runtime, "deterministic", False):
     return False
-  tf_keras.utils.set_random_seed(int(runtime.seed))
   tf.config.experimental.enable_op_determinism()
   tf_keras.backend.experimental.enable_tf_random_generator()
   logging.info("Deterministic mode: seed %d, op determinism, Keras RNG on "
-               "tf.random.Generator.", runtime.seed)
+               "tf.random.Generator.", seed)
   return True
 
 
