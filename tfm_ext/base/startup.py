@@ -115,10 +115,19 @@ def install_signals() -> None:
 
 def _exit(signum, frame) -> None:
   del frame
-  # Unbuffered: the signal may have come while Python wrote to stderr.
+  exit_preempted(signum)
+
+
+def exit_preempted(signum: int, during: str = "during start-up") -> None:
+  """Says `signum`'s `preempted:` line (`message`) and exits 42 at once.
+
+  For a process that has written nothing yet: the start-up's handlers,
+  and a start-up wait's (`tfm_ext.run.waits`). Unbuffered, from any
+  thread: the signal may have come while Python wrote to stderr.
+  """
   try:
-    os.write(2, (
-        f"preempted: {message(signal.Signals(signum).name)}\n").encode())
+    os.write(2, (f"preempted: {message(signal.Signals(signum).name, during)}"
+                 "\n").encode())
   except OSError:  # A console gone: the exit code says it.
     pass
   os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access

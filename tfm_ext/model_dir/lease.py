@@ -124,6 +124,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfm_ext.base import settings
+from tfm_ext.base import signalled
 from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import files
 from tfm_ext.model_dir import claim
@@ -168,7 +169,9 @@ class Lease:
       is fresh enough to refuse at once).
     monotonic: `time.monotonic`, for how long a lease or claim has not
       changed (staleness).
-    sleep: `time.sleep`, for watching a lease and the claims.
+    sleep: `signalled.sleep`, for watching a lease and the claims: it
+      returns at once when a stop signal comes, and `interrupt` then ends
+      the wait.
     status: what a pid of this machine is (`claim.process_status`).
     host, pid, space, start: who this process is (by default
       `claim.Process.this()`'s; `start`: `claim.pid_start(pid)`).
@@ -176,15 +179,16 @@ class Lease:
       docstring (the first two: by default `tfm_ext.base.settings`').
     beat_in_background: start the heartbeat thread once acquired (tests
       call `beat` themselves).
-    interrupt: called at every look while this trainer waits for the
-      lease; what it raises (a signal came: the run's `check_start`)
-      withdraws the claim and ends the wait.
+    interrupt: called after every sleep while this trainer waits for the
+      lease (a stale holder, a competing claim, the winner's name); what it
+      raises (a signal came: the run's `check_start`) withdraws the claim
+      and ends the wait.
   """
 
   def __init__(self, model_dir: str, *,
                clock: Callable[[], float] = time.time,
                monotonic: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep,
+               sleep: Callable[[float], None] = signalled.sleep,
                status: Callable[[int, Optional[int]], str] = (
                    claim.process_status),
                host: Optional[str] = None, pid: Optional[int] = None,
@@ -330,6 +334,7 @@ class Lease:
     """
     for _ in range(int(_WINNER_SECONDS / self._poll_seconds)):
       self._sleep(self._poll_seconds)
+      self._interrupt()
       held, live, _ = self._look()
       if held is not None:
         return held
@@ -452,6 +457,7 @@ class Lease:
                       "again or is %.0fs old.", self._describe(held),
                       self._clock() - held["heartbeat"], self._stale_seconds)
       self._sleep(self._heartbeat_seconds)
+      self._interrupt()
       now = self._read()
       if now is not None and _version(now) != _version(held):
         return now  # It beat again, or another trainer just took it.

@@ -73,6 +73,7 @@ import tensorflow as tf
 
 from official.core import base_trainer
 
+from tfm_ext.base import signalled
 from tfm_ext.base import startup
 from tfm_ext.base.errors import EXIT_PREEMPTED
 # Raised here; defined on the ground floor, which actions catch them from.
@@ -143,6 +144,7 @@ class SignalWatcher:
     for sig in self._signals:
       self._previous[sig] = signal.signal(sig, self._handle)
     if self._signals:
+      signalled.clear()
       read_fd, write_fd = os.pipe()
       os.set_blocking(write_fd, False)
       previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -290,6 +292,7 @@ class SignalWatcher:
         self._second = signum
     name = signal.Signals(signum).name
     if seen == 1:
+      signalled.set()  # Every polling wait (`signalled.sleep`) ends now.
       # Eagerly, also from a handler that interrupted a tf.function's
       # tracing on the main thread.
       with tf.init_scope():

@@ -1,13 +1,39 @@
 """The run's `tf.distribute.Strategy`: built, described, and who is chief."""
 
-import json
-import os
+import contextlib
+from typing import Optional
 
 from absl import logging
 import tensorflow as tf
 
 from official.common import distribute_utils
 from official.core import config_definitions
+
+from tfm_ext.config import cluster as cluster_lib
+from tfm_ext.run import waits
+
+
+def start(params: config_definitions.ExperimentConfig
+          ) -> tf.distribute.Strategy:
+  """The strategy of `params`, once `TF_CONFIG` is checked and its cluster
+  answers.
+
+  `TF_CONFIG` is refused first if it names a cluster that cannot form
+  (`tfm_ext.config.cluster`: `UsageError`, nothing waited for). A wait
+  for something outside the process is said and ends on a signal
+  (`waits.announced`); a `multi_worker_mirrored` cluster is waited for in
+  Python first (`waits.until_answered`): TensorFlow's own connect holds
+  the interpreter.
+  """
+  strategy = params.runtime.distribution_strategy
+  cluster = cluster_lib.read(strategy)
+  what = waits_for(params, cluster)
+  with waits.announced(what) if what else contextlib.nullcontext():
+    if cluster is not None and strategy == "multi_worker_mirrored" and (
+        cluster.task_type != "evaluator"):
+      waits.until_answered(cluster.address,
+                           cluster.others(("chief", "worker")))
+    return build_strategy(params)
 
 
 def build_strategy(params: config_definitions.ExperimentConfig):
@@ -59,22 +85,19 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
   return bool(resolver and resolver.cluster_spec().jobs
               and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
 
-def waits_for(params: config_definitions.ExperimentConfig) -> str:
+def waits_for(params: config_definitions.ExperimentConfig,
+              cluster: Optional[cluster_lib.Cluster]) -> str:
   """What building the strategy waits for outside this process, or ''.
 
-  A TPU's strategy connects to the TPU, one of `TF_CONFIG`'s cluster to
+  A TPU's strategy connects to the TPU, one of `TF_CONFIG`'s `cluster` to
   every task of it; others wait for nothing.
   """
   if params.runtime.distribution_strategy == "tpu":
     return f"the TPU {params.runtime.tpu} to answer"
-  config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-  cluster, task = config.get("cluster") or {}, config.get("task") or {}
-  if not cluster:
+  if cluster is None:
     return ""
-  tasks = "; ".join(f"{job} {', '.join(map(str, addresses))}"
-                    for job, addresses in sorted(cluster.items()))
-  return (f"the cluster of TF_CONFIG to answer (this is {task.get('type')} "
-          f"{task.get('index', 0)}; {tasks}): start every task of it")
+  return (f"the cluster of TF_CONFIG to answer ({cluster.describe()}): "
+          "start every task of it")
 
 
 def is_chief_process() -> bool:
@@ -82,13 +105,8 @@ def is_chief_process() -> bool:
 
   The chief is the `chief` task, or worker 0 of a cluster without one.
   """
-  config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-  task = config.get("task", {})
-  if not config.get("cluster") or not task:
-    return True
-  if "chief" in config["cluster"]:
-    return task.get("type") == "chief"
-  return task.get("type") == "worker" and int(task.get("index", 0)) == 0
+  cluster = cluster_lib.read()
+  return cluster is None or cluster.is_chief()
 
 def host_readable(global_step: tf.Variable,
                   strategy: tf.distribute.Strategy) -> tf.Variable:

@@ -1,54 +1,88 @@
 """A wait the start-up cannot bound: said while it lasts, ended by a signal.
 
-Some of a start's calls wait inside TensorFlow's native code for as long as
-something outside the process makes them: a cluster's strategy connects to
-every task of `TF_CONFIG` and returns only once all answer. Python runs a
-signal handler only between two bytecodes of the main thread, so while the
-main thread waits there the start-up handlers (`startup.install_signals`)
-never run: SIGTERM and Ctrl-C were lost, and nothing was printed.
+Some of a start's calls wait for as long as something outside the process
+makes them: a cluster's strategy connects to every task of `TF_CONFIG`
+and returns only once all answer; a TPU's, once the TPU answers.
 
-    with waits.announced("the cluster of TF_CONFIG (chief 10.0.0.1:2222...)"):
-      strategy = build_strategy(params)
+    with waits.announced("the cluster of TF_CONFIG to answer (...)"):
+      waits.until_answered(cluster)      # In Python: any signal ends it.
+      strategy = build_strategy(params)  # In TensorFlow's native code.
 
-A small process of its own (the interpreter's, without site) watches the
-block, because a wait may also hold the interpreter's lock
-(`multi_worker_mirrored` connects that way) and then no thread of this
-process runs. It prints `waiting for <what> (10s)` after 10 s, then at 20,
-40... seconds (at most every 5 minutes), and reads the signals from
-Python's wakeup file descriptor, which Python's C handler writes at once,
-whatever the main thread is doing. It passes each to a thread here, which
-ends the process as the start-up handler would (its one `preempted:` line,
-exit 42; nothing was written before) if the handler has not ended the
-block within `grace` seconds. Where the lock is held that thread cannot
-run either: the watcher then says so and ends the process with SIGKILL
-(exit 137), which a supervisor restarts as it restarts 42.
+Within the block each of SIGTERM, SIGINT and SIGHUP prints its one line
+
+    preempted: SIGTERM received while waiting for the cluster of TF_CONFIG to answer (...): nothing to save yet; exit 42 to be restarted.
+
+and ends the process with 42 (nothing is written before the strategy is
+built), wherever the main thread waits:
+
+* in Python (`until_answered`'s polls, a sleep): the block's own handler
+  runs between two bytecodes and exits at once;
+* in native code (TensorFlow's connect): Python runs a handler only
+  between two bytecodes of the main thread, and `multi_worker_mirrored`'s
+  connect also holds the interpreter's lock, so no thread of this process
+  runs either. A small process of its own (the interpreter's, without
+  site) watches the block: it reads each signal from Python's wakeup file
+  descriptor, which Python's C handler writes at once, whatever the main
+  thread does; if the process has not ended `grace` seconds later, it
+  prints the line and sends `EXIT_SIGNAL` (signal 42, a real-time one),
+  whose handler here is the C library's `_exit`, installed natively: it
+  runs without the interpreter and exits with its signal's number, 42.
+
+The watcher also prints `waiting for <what> (10s)` after 10 s, then at 20,
+40... seconds (at most every 5 minutes).
+
+So that a cluster's wait is in Python, `until_answered` waits, before
+TensorFlow connects, until every other task's address takes a TCP
+connection, while this task's own address takes them too (a placeholder
+socket, closed before TensorFlow listens there): every task of the
+cluster then passes it, and TensorFlow's connect, which follows, meets
+tasks that are up. What stays in native code is a peer lost between the
+two: there SIGINT and SIGHUP end it as above, but SIGTERM is TensorFlow's
+(its coordination service installs a SIGTERM handler of its own while it
+connects, and no signal of ours is written anywhere); its handler is
+taken back when the block ends.
 """
 
 import contextlib
+import ctypes
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from typing import Iterator
+from typing import Callable, Iterator, List, Sequence
 
+from tfm_ext.base import signalled
 from tfm_ext.base import startup
 from tfm_ext.base.errors import EXIT_PREEMPTED
+from tfm_ext.base.errors import UsageError
 
 FIRST_SAY_SECONDS = 10.0
 MOST_SAY_SECONDS = 300.0
+# How often `until_answered` tries every other task.
+POLL_SECONDS = 0.2
+# The signal the watcher ends a process held in native code with: its
+# handler, the C library's `_exit`, is given the signal's number, which is
+# the exit code (Linux: SIGRTMIN + 8, used by nothing else).
+EXIT_SIGNAL = EXIT_PREEMPTED
+# In the watcher's line, where the signal's name goes.
+_NAME = "<signal>"
 
-# The watcher: argv is wake, relay, done, parent, first, grace, most, what.
+# The watcher: argv is wake, done, parent, exit signal, first, grace,
+# most, what, line.
 _WATCHER = """
 import os, select, signal, sys, time
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
   signal.signal(s, signal.SIG_IGN)  # Ctrl-C reaches the whole group.
-wake, relay, done, parent = map(int, sys.argv[1:5])
+wake, done, parent, exit_signal = map(int, sys.argv[1:5])
 first, grace, most = map(float, sys.argv[5:8])
-what = sys.argv[8]
-def say(line):
+what, line = sys.argv[8:10]
+stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+def say(text):
   try:
-    os.write(2, (line + "\\n").encode())
+    os.write(2, (text + "\\n").encode())
   except OSError:
     pass
 start = time.monotonic()
@@ -59,21 +93,16 @@ while True:
   if done in ready:
     os._exit(0)
   if wake in ready:
-    got = [b for b in os.read(wake, 64) if b]
-    if got:
-      os.write(relay, bytes(got[:1]))
-      if not select.select([done], [], [], 3 * grace)[0]:
-        name = signal.Signals(got[0]).name
-        say(f"preempted: {name} received while waiting for {what}: nothing "
-            "to save yet; TensorFlow holds the interpreter there, so the "
-            "process ends by SIGKILL (exit 137): relaunch to restart.")
-        os.kill(parent, signal.SIGKILL)
+    got = [b for b in os.read(wake, 64) if b in stops]
+    if got and not select.select([done], [], [], grace)[0]:
+      say(line.replace("%s", signal.Signals(got[0]).name))
+      os.kill(parent, exit_signal)
       os._exit(0)
     continue
   waited = time.monotonic() - start
   say(f"waiting for {what} ({waited:.0f}s)")
   say_at = start + min(2 * waited, waited + most)
-"""
+""" % _NAME
 
 
 @contextlib.contextmanager
@@ -81,58 +110,114 @@ def announced(what: str, first: float = FIRST_SAY_SECONDS,
               grace: float = 1.0) -> Iterator[None]:
   """Says what the block waits for and ends it on a signal; see the module.
 
-  Only from the main thread (Python's wakeup fd is its), and only in the
-  start-up (before anything is written: the process may end at once).
+  Only from the main thread (Python's wakeup fd and handlers are its), and
+  only in the start-up (before anything is written: the process may end at
+  once). The signal handlers in force before the block are put back after
+  it, also over one TensorFlow installed meanwhile.
   """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
+  during = f"while waiting for {what}"
+  previous = {sig: signal.signal(
+      sig, lambda signum, _: startup.exit_preempted(signum, during))
+              for sig in startup.SIGNALS}
   wake_r, wake_w = os.pipe()
-  relay_r, relay_w = os.pipe()
   done_r, done_w = os.pipe()
   os.set_blocking(wake_w, False)
-  previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+  previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+  disarm = _arm_native_exit()
   watcher = subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-S", "-c", _WATCHER, str(wake_r), str(relay_w),
-       str(done_r), str(os.getpid()), str(first), str(grace),
-       str(MOST_SAY_SECONDS), what],
-      pass_fds=(wake_r, relay_w, done_r), stdin=subprocess.DEVNULL,
+      [sys.executable, "-S", "-c", _WATCHER, str(wake_r), str(done_r),
+       str(os.getpid()), str(EXIT_SIGNAL), str(first), str(grace),
+       str(MOST_SAY_SECONDS), what,
+       f"preempted: {startup.message(_NAME, during)}"],
+      pass_fds=(wake_r, done_r), stdin=subprocess.DEVNULL,
       stdout=subprocess.DEVNULL)
-  for fd in (wake_r, relay_w, done_r):
+  for fd in (wake_r, done_r):
     os.close(fd)
-  done = threading.Event()
-  relayed = threading.Thread(target=_relayed, args=(what, relay_r, done, grace),
-                             name="tfm_ext-wait", daemon=True)
-  relayed.start()
   try:
     yield
   finally:
-    done.set()
-    signal.set_wakeup_fd(previous)
-    os.close(done_w)  # The watcher ends; the relay's end then reads EOF.
+    os.close(done_w)  # The watcher ends.
     watcher.wait()
-    relayed.join()
-    os.close(relay_r)
+    signal.set_wakeup_fd(previous_fd)
     os.close(wake_w)
+    disarm()
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
 
 
-def _relayed(what: str, relay_r: int, done: threading.Event,
-             grace: float) -> None:
-  """Ends the process for a signal the watcher passes, unless `done` first."""
-  while True:
-    got = os.read(relay_r, 1)
-    if not got:
-      return
-    if not done.wait(grace):
-      _exit(got[0], what)
+def _arm_native_exit() -> Callable[[], None]:
+  """Makes `EXIT_SIGNAL` end the process with 42 without the interpreter;
+  returns what puts its previous handler back."""
+  if not (signal.SIGRTMIN <= EXIT_SIGNAL <= signal.SIGRTMAX):
+    return lambda: None  # Not Linux: the signal then ends it as signals do.
+  libc = ctypes.CDLL(None)
+  libc.signal.restype = ctypes.c_void_p
+  libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+  before = libc.signal(EXIT_SIGNAL, ctypes.cast(libc._exit, ctypes.c_void_p))  # pylint: disable=protected-access
+  return lambda: libc.signal(EXIT_SIGNAL, before)
 
 
-def _exit(signum: int, what: str) -> None:
-  name = signal.Signals(signum).name
+def until_answered(own: str, others: Sequence[str],
+                   poll: float = POLL_SECONDS) -> None:
+  """Returns once each of `others` (host:port) takes a TCP connection.
+
+  Meanwhile `own` (this task's host:port) takes them too, from a socket on
+  its port that is closed on return, before TensorFlow listens there, so
+  that every task of a cluster passes this wait (see the module). Call it
+  inside `announced`: its polls are Python, so a signal ends it at once.
+
+  Raises:
+    UsageError: `own`'s port is taken on this host (TensorFlow could not
+      listen there either).
+  """
+  placeholder = _listen(own) if own else None
   try:
-    os.write(sys.stderr.fileno(), (
-        f"preempted: {startup.message(name, f'while waiting for {what}')}"
-        "\n").encode())
-  except (OSError, ValueError):  # A closed console: the exit code says it.
-    pass
-  os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access
+    waiting: List[str] = list(others)
+    while waiting:
+      if placeholder is not None:
+        _accept_all(placeholder)
+      waiting = [address for address in waiting if not _answers(address)]
+      if waiting:
+        signalled.sleep(poll)
+  finally:
+    if placeholder is not None:
+      placeholder.close()
+
+
+def _listen(address: str) -> socket.socket:
+  port = int(address.rpartition(":")[2])
+  try:
+    if socket.has_dualstack_ipv6():
+      server = socket.create_server(("", port), family=socket.AF_INET6,
+                                    dualstack_ipv6=True)
+    else:
+      server = socket.create_server(("", port))
+  except OSError as e:
+    raise UsageError(
+        f"This task's address {address} in TF_CONFIG cannot be listened on "
+        f"({e.strerror or e}): another process on this host has port {port}. "
+        "Stop it, or give this task another port.") from None
+  server.setblocking(False)
+  return server
+
+
+def _accept_all(server: socket.socket) -> None:
+  """Accepts and closes what connected: a peer's probe, or TensorFlow's
+  first try, which it makes again."""
+  while select.select([server], [], [], 0)[0]:
+    try:
+      server.accept()[0].close()
+    except OSError:
+      return
+
+
+def _answers(address: str) -> bool:
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+      return True
+  except OSError:
+    return False
