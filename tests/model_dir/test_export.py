@@ -310,20 +310,44 @@ def test_an_export_that_another_finished_first_is_dropped(tmp_path):
   assert (finished / "saved_model.pb").read_bytes() == b"first"
 
 
-def test_a_damaged_checkpoint_is_exit_2_naming_it_and_nothing_exported(
-    trained, model_dir, launch_forked):
-  _, _, best = trained
-  best_path = model_dir / "best_ckpt" / best["path"]
-  (data,) = best_path.parent.glob(best_path.name + ".data-*")
+def _garble(prefix):
+  """64 zero bytes in the middle of the checkpoint's data: its checksum fails."""
+  (data,) = prefix.parent.glob(prefix.name + ".data-*")
   content = data.read_bytes()
   middle = len(content) // 2
   data.write_bytes(content[:middle] + bytes(64) + content[middle + 64:])
 
+
+def test_a_damaged_checkpoint_chosen_is_exit_2_naming_it_and_nothing_exported(
+    trained, model_dir, launch_forked):
+  # The best, damaged, is skipped (tests/e2e/test_bad_paths.py); chosen, it
+  # is refused.
+  _, _, best = trained
+  best_path = model_dir / "best_ckpt" / best["path"]
+  _garble(best_path)
+
   run = launch_forked("--experiment=digits_convnet", "--mode=export",
-                      model_dir=model_dir)
+                      f"--checkpoint_path={best_path}", model_dir=model_dir)
 
   assert run.returncode == 2, run
   line = run.stderr.splitlines()[-1]
   assert f"{best_path} cannot be read: its data cannot be read back" in line
   assert "Nothing was exported" in line and "Traceback" not in run.stderr
   assert not (model_dir / "export").exists()
+
+
+def test_with_every_checkpoint_damaged_nothing_is_exported_naming_each(
+    model_dir):
+  damaged = sorted(p.with_suffix("") for p in model_dir.glob("**/*.index")
+                   if "ckpt-" in p.name)
+  for prefix in damaged:
+    _garble(prefix)
+
+  with pytest.raises(tfm_ext.UsageError) as refused:
+    export.checkpoint_to_export(str(model_dir), "best_ckpt")
+
+  message = str(refused.value)
+  assert message.startswith(f"No checkpoint in --model_dir='{model_dir}' can "
+                            "be exported: ")
+  for prefix in damaged:
+    assert f"{prefix} (its data cannot be read back" in message

@@ -45,10 +45,14 @@ import dataclasses
 import logging
 import os
 import secrets
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, List, Mapping
 
+from absl import logging as absl_logging
+from google.protobuf import message
 import tensorflow as tf
 import tf_keras
+
+from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-direct-tensorflow-import
 
 from official.core import export_base
 
@@ -166,7 +170,8 @@ def restore(checkpoint_path: str, **objects) -> None:
   """
   try:
     status = tf.train.Checkpoint(**objects).read(checkpoint_path)
-  except (tf.errors.OpError, ValueError) as e:
+  # TensorFlow's reader raises IndexError for data cut short.
+  except (tf.errors.OpError, ValueError, IndexError) as e:
     why = checkpoint_state.restore_failed(checkpoint_path, e)
     raise UsageError(
         f"The checkpoint {checkpoint_path} cannot be read: {why}. Nothing "
@@ -348,7 +353,10 @@ def checkpoint_to_export(model_dir: str, best_subdir: str,
   a step (`300`: `ckpt-300` in `model_dir`, else `best_ckpt-300` in
   `best_subdir`). The best is the first of `best_subdir`'s ranking: of
   checkpoints with equal values, the older
-  (`tfm_ext.model_dir.best_checkpoints`).
+  (`tfm_ext.model_dir.best_checkpoints`). Without `chosen`, a damaged
+  checkpoint is skipped with a warning: the next best, then the latest
+  that reads (`_first_readable`); a `chosen` one that is damaged is
+  refused when it is read (`restore`).
 
   Raises:
     UsageError: nothing to export, or `chosen` names no checkpoint.
@@ -371,13 +379,89 @@ def checkpoint_to_export(model_dir: str, best_subdir: str,
         f"{', '.join(repr(c + '.index') for c in candidates if c) or 'a checkpoint in it'}). "
         "Give a checkpoint's prefix (MODEL_DIR/ckpt-300), a directory or a "
         "step; leave it out to export the best checkpoint.")
-  best = tf.train.latest_checkpoint(best_dir) if best_dir else None
-  checkpoint = best or tf.train.latest_checkpoint(model_dir)
-  if not checkpoint:
+  return _first_readable(model_dir, _best_first(best_dir) + list(
+      reversed(_listed(model_dir))))
+
+
+def _first_readable(model_dir: str, candidates: List[str]) -> str:
+  """The first of `candidates` that reads whole (every tensor read back).
+
+  A damaged one is skipped with a warning naming it and why, as a
+  training start skips a damaged latest (`checkpoint_state.repair`).
+
+  Raises:
+    UsageError: there is no candidate, or none reads.
+  """
+  skipped = []
+  for candidate in dict.fromkeys(candidates):
+    why = checkpoint_state.unreadable(candidate, read_tensors=True)
+    if why is None:
+      if skipped:
+        absl_logging.warning(
+            "Skipped %s: exporting %s, the next best that reads whole. "
+            "Skipped files are left as they are.", _said(skipped), candidate)
+      return candidate
+    skipped.append((candidate, why))
+  if not skipped:
     raise UsageError(f"No checkpoint in --model_dir={model_dir!r} to export. "
                      "Train first, or point --model_dir at a directory that "
                      "holds checkpoints.")
-  return checkpoint
+  raise UsageError(
+      f"No checkpoint in --model_dir={model_dir!r} can be exported: "
+      f"{_said(skipped)}. Nothing was exported. Restore them from a copy, "
+      "or export another run's with --checkpoint_path.")
+
+
+def _said(skipped) -> str:
+  return "; ".join(f"{path} ({why})" for path, why in skipped)
+
+
+def _best_first(best_dir: str) -> List[str]:
+  """`best_dir`'s checkpoints, best first: its manifest's ranking, else the
+  one its state file names (TFM's exporter keeps only that one)."""
+  if not (best_dir and tf.io.gfile.isdir(best_dir)):
+    return []
+  try:
+    manifest = best_checkpoints.read_manifest(best_dir)
+  except (files.Damaged, tf.errors.OpError):
+    try:
+      best = tf.train.latest_checkpoint(best_dir)
+    except (tf.errors.OpError, ValueError):
+      best = None  # A state file that does not read names none.
+    return [best] if best else []
+  return [os.path.join(best_dir, entry["path"])
+          for entry in manifest["checkpoints"]]
+
+
+def _listed(model_dir: str) -> List[str]:
+  """`model_dir`'s checkpoints, oldest first, as a training start finds them."""
+  listed, _ = checkpoint_state.read_state(model_dir)
+  return listed or checkpoint_state.checkpoint_files(model_dir)
+
+
+def saved_model_problem(path: str) -> str:
+  """Why `path` is not a SavedModel that loads; "" if it is one.
+
+  Its `saved_model.pb` parses, and the variables its objects hold read
+  back whole; the graph is not loaded (that would cost a model's build).
+  """
+  if not tf.io.gfile.isdir(path):
+    return "it is a file, not a SavedModel's folder"
+  graph = os.path.join(path, _SAVED_MODEL_PB)
+  if not tf.io.gfile.exists(graph):
+    return f"it holds no {_SAVED_MODEL_PB} (empty, or a copy cut short)"
+  try:
+    with tf.io.gfile.GFile(graph, "rb") as f:
+      saved = saved_model_pb2.SavedModel.FromString(f.read())
+  except (message.DecodeError, tf.errors.OpError) as e:
+    return f"its {_SAVED_MODEL_PB} does not parse ({e})"
+  if any(node.WhichOneof("kind") == "variable" for graph_def in
+         saved.meta_graphs for node in graph_def.object_graph_def.nodes):
+    why = checkpoint_state.unreadable(
+        os.path.join(path, "variables", "variables"), read_tensors=True)
+    if why:
+      return f"its variables cannot be read: {why}"
+  return ""
 
 
 def recorded_metrics(model_dir: str, best_subdir: str,
@@ -433,6 +517,7 @@ def export_model_dir(
   export_dir = os.path.join(model_dir, SUBDIR, str(step))
   metrics = recorded_metrics(model_dir, best_subdir, checkpoint)
   # Checked first, so an existing export never traces the serving module.
+  _check_existing(export_dir)
   if not tf.io.gfile.exists(export_dir):
     try:
       if vision:
@@ -449,3 +534,22 @@ def export_model_dir(
   print(f"export @ step {step} | {export_dir} exists: not overwritten",
         flush=True)
   return metrics
+
+
+def _check_existing(export_dir: str) -> None:
+  """Refuses an `export_dir` there that is not a SavedModel that loads.
+
+  It is never reported as an export, nor replaced: an empty or partial
+  folder may be a copy someone is making.
+
+  Raises:
+    UsageError: naming it and what is wrong with it.
+  """
+  if not tf.io.gfile.exists(export_dir):
+    return
+  problem = saved_model_problem(export_dir)
+  if problem:
+    raise UsageError(
+        f"{export_dir} exists, but is not a SavedModel that loads: {problem}. "
+        "Nothing was exported, and it was left as it is. Move or delete it, "
+        "then export again.")

@@ -19,15 +19,25 @@ it can:
   store that cannot be reached or does not answer: each is refused with
   what to check (tests/e2e/test_gcs.py makes each one happen).
 
+Then every record a run writes there must be of its kind (`RECORDS`,
+`check_records`): a file named `train` where the summaries go, a directory
+named `metrics.csv`, a file named `export`. `check_usable` checks the rows
+whose names are fixed, before the first byte; the driver checks the rows a
+config names (`trainer.validation_summary_subdir`,
+`trainer.best_checkpoint_export_subdir`) once the config is known, still
+before anything is written.
+
 Each problem is a `UsageError` of one paragraph (exit 2). A path that
 passed is not checked again in this process.
 """
 
+import dataclasses
+import fnmatch
 import os
 import re
 import sys
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -50,6 +60,72 @@ MIN_FREE_BYTES = 1 << 20
 BUCKETS = ("gs", "s3")
 
 _checked = set()
+
+FILE = "a file"
+DIRECTORY = "a directory"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """A name a run writes in model_dir, the kind it must be, and what it is.
+
+  `name` is relative to model_dir, `/` between folders; its last part may
+  be a glob (`export/[0-9]*`). A `{field}` in it is a config field's value
+  (`{trainer.validation_summary_subdir}`), `{mode}` the mode's name; a row
+  whose field is empty or unknown names nothing.
+  """
+  name: str
+  kind: str
+  what: str
+
+
+# Every record tfm_ext writes in a model_dir (docs/model-dir.md lists them):
+# a new record is one row. Temporary names (`*.tmp*`, `ckpt-*_temp`, an
+# export's hidden copy) are not records: their writers clear them.
+RECORDS = (
+    Record("checkpoint", FILE, "the checkpoint state file"),
+    Record("ckpt-*.index", FILE, "a checkpoint's index"),
+    Record("ckpt-*.data-*", FILE, "a checkpoint's data"),
+    Record("params.yaml", FILE, "the run's config"),
+    Record("tfm_ext_params.yaml", FILE, "the fields tfm_ext adds to it"),
+    Record("operative_config.{mode}.gin", FILE, "gin's operative config"),
+    Record("train", DIRECTORY, "TensorBoard's training summaries"),
+    Record("{trainer.validation_summary_subdir}", DIRECTORY,
+           "TensorBoard's validation summaries"),
+    Record("metrics.csv", FILE, "the curves' table"),
+    Record("curves.png", FILE, "the curves' figure"),
+    Record("plateau.json", FILE, "early stopping's and the plateau's record"),
+    Record("run_summary.json", FILE, "the training run's summary"),
+    Record("eval_summary.json", FILE, "the evaluation's summary"),
+    Record("export_summary.json", FILE, "the export's summary"),
+    Record("training_starts", DIRECTORY, "the record of training starts"),
+    Record("training_complete.json", FILE, "the end-of-training marker"),
+    Record("trainer_lease.json", FILE, "the trainer lease"),
+    Record("trainer_lease_claims", DIRECTORY, "claims of the trainer lease"),
+    Record("eval_ledger", DIRECTORY, "the evaluators' ledger"),
+    Record("eval_claims", DIRECTORY, "the evaluators' claims"),
+    Record("eval_claim_bids", DIRECTORY, "the evaluators' bids"),
+    Record("evaluators", DIRECTORY, "the evaluators' presences"),
+    Record("logs", DIRECTORY, "the jobs' log files"),
+    Record("export", DIRECTORY, "the exported SavedModels"),
+    Record("export/[0-9]*", DIRECTORY, "an exported SavedModel"),
+    Record("{trainer.best_checkpoint_export_subdir}", DIRECTORY,
+           "the best checkpoints"),
+    Record("{trainer.best_checkpoint_export_subdir}/best_checkpoints.json",
+           FILE, "the best checkpoints' manifest"),
+    Record("{trainer.best_checkpoint_export_subdir}/info.json", FILE,
+           "TFM's record of the best checkpoint"),
+    Record("{trainer.best_checkpoint_export_subdir}/checkpoint", FILE,
+           "the best checkpoints' state file"),
+    Record("{trainer.best_checkpoint_export_subdir}/best_ckpt-*", FILE,
+           "a best checkpoint's file"),
+    Record("{trainer.best_checkpoint_export_subdir}/unranked", DIRECTORY,
+           "the best checkpoints out of the ranking"),
+)
+_FIELD = re.compile(r"\{([\w.]+)\}")
+# Names of writes in flight: TensorFlow's `_temp` folders and `.tmp<hex>`
+# files, ours, an export's hidden copy (`.40.partial.<token>`).
+_TEMPORARY = re.compile(r"_temp|\.tmp|^\.")
 
 
 def check_usable(model_dir: str, *,
@@ -77,7 +153,77 @@ def check_usable(model_dir: str, *,
     _check_local(model_dir, local)
   else:
     _check_store(model_dir, store_timeout)
+  check_records(model_dir)
   _checked.add(model_dir)
+
+
+def check_records(model_dir: str, params=None, mode: str = "") -> None:
+  """Raises `UsageError` naming each record of `RECORDS` of the wrong kind.
+
+  Without `params` (and `mode`), only the rows that name no config field;
+  with them, every row. Reads listings only: a folder that does not exist
+  yet holds nothing of the wrong kind.
+  """
+  wrong = []
+  for record in RECORDS:
+    name = _resolved(record.name, params, mode)
+    if name is None:
+      continue
+    for path, kind in _present(model_dir, name):
+      if kind != record.kind:
+        wrong.append(f"{path} is {kind}, where the run writes {record.kind} "
+                     f"({record.what})")
+  if wrong:
+    raise UsageError(
+        f"--model_dir={model_dir!r} holds what its records cannot be: "
+        f"{'; '.join(wrong)}. Nothing was written. Move it out of the "
+        "model_dir (tfm_ext writes it again), then relaunch.")
+
+
+def _resolved(name: str, params, mode: str) -> Optional[str]:
+  """`name` with its `{field}`s filled in; None where one cannot be."""
+  fields = set(_FIELD.findall(name))
+  if ("mode" in fields and not mode) or (params is None and fields - {"mode"}):
+    return None
+
+  def value(match):
+    if match.group(1) == "mode":
+      return mode
+    found = params
+    for part in match.group(1).split("."):
+      found = getattr(found, part, None)
+    return found if isinstance(found, str) else ""
+
+  resolved = _FIELD.sub(value, name)
+  return None if "" in resolved.split("/") else resolved
+
+
+def _present(model_dir: str, name: str) -> List[Tuple[str, str]]:
+  """`(path, kind)` of what matches `name` (its last part a glob) there."""
+  folder, _, pattern = name.rpartition("/")
+  parent = os.path.join(model_dir, folder) if folder else model_dir
+  try:
+    entries = tf.io.gfile.listdir(parent)
+  except tf.errors.OpError:
+    return []  # Not there, or not a folder: the row of its folder says so.
+  found = []
+  for entry in entries:
+    if _TEMPORARY.search(entry):
+      continue  # Its writer clears it (a save or an export cut short).
+    if fnmatch.fnmatchcase(entry.rstrip("/"), pattern):
+      path = os.path.join(parent, entry.rstrip("/"))
+      found.append((path, _kind(path, entry)))
+  return found
+
+
+def _kind(path: str, entry: str) -> str:
+  """FILE or DIRECTORY: a store lists a folder as `name/`, a disk is asked."""
+  if entry.endswith("/"):
+    return DIRECTORY
+  local = files.local_path(path)
+  if local is not None:
+    return DIRECTORY if os.path.isdir(local) else FILE
+  return DIRECTORY if tf.io.gfile.isdir(path) else FILE
 
 
 def _check_local(model_dir: str, path: str) -> None:
