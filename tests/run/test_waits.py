@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO
 from conftest import TRAIN
 from conftest import free_ports
@@ -40,23 +42,41 @@ def _signalled(proc, sig):
   return code, time.monotonic() - sent
 
 
-def test_a_signal_ends_a_wait_whose_handler_cannot_run(tmp_path):
-  # The handler is Python's, but does nothing: as when the main thread is
-  # held in TensorFlow's native code and never gets to run it.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT,
+                                 signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_ends_a_wait_that_holds_the_interpreter_with_exit_42(
+    tmp_path, sig):
+  # The main thread locks a mutex it holds, in C, with the interpreter's
+  # lock held (`PyDLL`): as TensorFlow's multi-worker connect waits, no
+  # thread of the process runs. The watcher's signal 42 (libc's `_exit`)
+  # ends it: exit 42, not a SIGKILL.
   proc, err = _started(["-c", (
-      "import signal, time\n"
+      "import ctypes\n"
       "from tfm_ext.run import waits\n"
-      "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-      "  signal.signal(s, lambda *a: None)\n"
+      "libc = ctypes.PyDLL(None)\n"
+      "mutex = ctypes.create_string_buffer(64)\n"
       "with waits.announced(\"the test's peer\", first=1.0):\n"
-      "  time.sleep(120)\n")], tmp_path)
+      "  libc.pthread_mutex_lock(mutex)\n"
+      "  libc.pthread_mutex_lock(mutex)\n")], tmp_path)
   started = time.monotonic()
   said = _wait_for(err, "waiting for the test's peer (1s)", proc, 60)
   assert said - started < 30
-  code, took = _signalled(proc, signal.SIGHUP)
+  code, took = _signalled(proc, sig)
+  print(f"held in C: {sig.name} -> exit {code} in {took:.2f}s")
   assert code == 42 and took < 5, err.read_text()
-  assert ("preempted: SIGHUP received while waiting for the test's peer: "
-          "nothing to save yet; exit 42") in err.read_text()
+  assert (f"preempted: {sig.name} received while waiting for the test's "
+          "peer: nothing to save yet; exit 42") in err.read_text()
+
+
+def test_a_signal_ends_a_python_wait_at_once(tmp_path):
+  proc, err = _started(["-c", (
+      "import time\n"
+      "from tfm_ext.run import waits\n"
+      "with waits.announced(\"the test's peer\", first=1.0):\n"
+      "  time.sleep(120)\n")], tmp_path)
+  _wait_for(err, "waiting for the test's peer (1s)", proc, 60)
+  code, took = _signalled(proc, signal.SIGTERM)
+  assert code == 42 and took < 1, (took, err.read_text())
 
 
 def _cluster_task(tmp_path, strategy, cluster, said, sig):
@@ -88,10 +108,10 @@ def test_a_parameter_server_task_says_it_waits_for_its_cluster(tmp_path):
 
 def test_a_multi_worker_task_whose_peer_never_starts_says_so_and_ends(
     tmp_path):
-  # Its connect holds the interpreter's lock: no thread of it runs, and
-  # the watcher ends it (SIGKILL) where the lock stays held.
+  # It waits in Python for its peer (`waits.until_answered`), before
+  # TensorFlow's connect, which would hold the interpreter.
   workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
   code, took = _cluster_task(
       tmp_path, "multi_worker_mirrored", {"worker": workers},
-      f"worker {', '.join(workers)}", signal.SIGINT)
-  assert code in (42, -signal.SIGKILL) and took < 8
+      f"worker {', '.join(workers)}", signal.SIGTERM)
+  assert code == 42 and took < 5
