@@ -44,6 +44,11 @@ before TensorFlow loads (`tfm_ext.base.startup`).
 import importlib
 from typing import Any
 
+from tfm_ext.base import registry as _registry
+
+# A notebook's cell that registers an experiment may run again.
+_registry.allow_definitions_again()
+
 __version__ = "0.2.1"
 
 # Public name -> the module that defines it.

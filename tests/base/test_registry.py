@@ -1,5 +1,10 @@
 """The trainer and model registries."""
 
+import os
+import subprocess
+import sys
+import warnings
+
 import pytest
 
 import tfm_ext
@@ -58,3 +63,72 @@ def test_model_registry_builds_registered_model_and_rejects_unknown():
     tfm_ext.build_model("digits_convnett", None)
   with pytest.raises(registry.RegistryError, match="already registered"):
     tfm_ext.register_model("digits_convnet")(lambda config: None)
+
+
+_CELL = '''
+@reg.register("alpha")
+def build():
+  return {value}
+'''
+
+
+def _run_cell(namespace, value):
+  exec(compile(_CELL.format(value=value), "<cell>", "exec"), namespace)  # pylint: disable=exec-used
+
+
+def test_a_definition_run_again_replaces_itself_and_warns_if_edited():
+  # A notebook's cell run twice: the same module (__main__) and name.
+  reg = registry.Registry("widget")
+  namespace = {"reg": reg, "__name__": "__main__"}
+  _run_cell(namespace, 1)
+  first = reg.get("alpha")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    _run_cell(namespace, 1)  # Unchanged: no warning.
+  assert reg.get("alpha") is not first and reg.get("alpha")() == 1
+  with pytest.warns(UserWarning, match="registered again by __main__.build, "
+                    "with other code"):
+    _run_cell(namespace, 2)
+  assert reg.get("alpha")() == 2
+  with pytest.raises(registry.RegistryError, match="already registered"):
+    reg.register("alpha")(lambda: 3)  # Another definition.
+
+
+_NOTEBOOK = '''
+import warnings
+{first}
+from official.core import config_definitions as cfg
+from official.core import exp_factory
+cell = """
+@exp_factory.register_config_factory("nb/exp")
+def nb_exp():
+  return cfg.ExperimentConfig(task=cfg.TaskConfig(name={{name!r}}))
+"""
+namespace = {{"exp_factory": exp_factory, "cfg": cfg, "__name__": "__main__"}}
+for name in ("a", "a", "b"):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    exec(compile(cell.format(name=name), "<cell>", "exec"), namespace)
+  print(name, exp_factory.get_exp_config("nb/exp").task.name,
+        sum("registered again" in str(w.message) for w in caught))
+try:
+  exp_factory.register_config_factory("nb/exp")(lambda: None)
+except KeyError as e:
+  print("refused", e)
+'''
+
+
+@pytest.mark.parametrize("first", ["import tfm_ext",
+                                   "import official.core.registry\n"
+                                   "import tfm_ext"])
+def test_tfms_registries_take_a_notebook_cell_run_again(first):
+  # TFM's own decorator, in a fresh interpreter: tfm_ext imported before
+  # TFM's registry (it changes it once imported) or after.
+  probe = subprocess.run(
+      [sys.executable, "-c", _NOTEBOOK.format(first=first)],
+      capture_output=True, text=True, timeout=300,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  assert probe.returncode == 0, probe.stderr
+  assert probe.stdout.splitlines() == [
+      "a a 0", "a a 0", "b b 1",
+      "refused 'Function or class exp registered multiple times.'"]

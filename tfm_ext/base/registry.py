@@ -3,9 +3,20 @@
 TFM keeps experiments and tasks in `exp_factory` / `task_factory`; trainers and
 models live here, one `Registry` each (see `tfm_ext.training.trainers` and
 `tfm_ext.training.models`).
+
+A name registered twice is refused, unless the second is the same
+definition run again (`same_definition`: a notebook's cell run twice, a
+module reloaded): that one replaces the first, with a warning where its
+code changed. `allow_definitions_again` gives TFM's `exp_factory` and
+`task_factory` the same rule.
 """
 
 import difflib
+import functools
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 
 from tfm_ext.base.errors import UsageError
@@ -68,6 +79,10 @@ class Registry(Generic[T]):
                           f"got {name!r}.")
 
     def decorator(obj: T) -> T:
+      if name in self._entries and _again(self._kind, name,
+                                          self._entries[name], obj):
+        self._entries[name] = obj
+        return obj
       if name in self._entries:
         raise RegistryError(
             f"{self._kind} {name!r} is already registered (to "
@@ -112,6 +127,107 @@ class Registry(Generic[T]):
 
   def __contains__(self, name: str) -> bool:
     return name in self._entries
+
+
+def same_definition(old: Any, new: Any) -> bool:
+  """Whether `new` is `old`'s definition run again: the same module and
+  qualified name (a notebook cell's are `__main__`'s), another object."""
+  return (old is not new and not isinstance(old, _Deferred)
+          and getattr(old, "__module__", None) is not None
+          and _qualname(old) == _qualname(new))
+
+
+def _code(obj) -> Any:
+  """What `obj`'s definition compiles to, to tell an edit from a re-run."""
+  if isinstance(obj, type):
+    return sorted((k, _code(v)) for k, v in vars(obj).items()
+                  if callable(v) and hasattr(v, "__code__"))
+  code = getattr(obj, "__code__", None)
+  return (code.co_code, code.co_consts, code.co_names) if code else None
+
+
+def _again(kind: str, name: str, old: Any, new: Any) -> bool:
+  """Whether `new` replaces `old` (see the module docstring); warns where
+  its code changed."""
+  if not same_definition(old, new):
+    return False
+  if _code(old) != _code(new):
+    warnings.warn(
+        f"{kind} {name!r} registered again by {_qualname(new)}, with other "
+        "code: the new definition replaces the one before.", stacklevel=4)
+  return True
+
+
+def allow_definitions_again() -> None:
+  """Lets TFM's registries (`exp_factory`, `task_factory`) take a definition
+  run again as `Registry` does, from when TFM's registry is imported.
+
+  TFM raises `KeyError: ... registered multiple times` for any second
+  registration, so a notebook's cell that registers an experiment fails
+  when it runs again. Any other second registration still raises TFM's
+  error. Importing TFM loads TensorFlow, so this does not import it: it
+  changes TFM's `registry.register` once something else does.
+  """
+  module = sys.modules.get(_TFM_REGISTRY)
+  if module is not None:
+    _take_definitions_again(module)
+  elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AfterImport())
+
+
+_TFM_REGISTRY = "official.core.registry"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+  """Runs `_take_definitions_again` on TFM's registry as it is imported."""
+
+  def find_spec(self, fullname, path, target=None):
+    del path, target
+    if fullname != _TFM_REGISTRY:
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(fullname)
+    if spec is not None and spec.loader is not None:
+      exec_module = spec.loader.exec_module
+
+      def exec_then(module):
+        exec_module(module)
+        _take_definitions_again(module)
+
+      spec.loader.exec_module = exec_then
+    return spec
+
+
+def _take_definitions_again(tfm_registry) -> None:
+  register = tfm_registry.register
+  if getattr(register, "_tfm_ext_again", False):
+    return
+
+  @functools.wraps(register)
+  def again(registered_collection, reg_key):
+    decorator = register(registered_collection, reg_key)
+
+    def registering(fn_or_cls):
+      try:
+        return decorator(fn_or_cls)
+      except KeyError:
+        *path, leaf = (reg_key.split("/") if isinstance(reg_key, str)
+                       else [reg_key])
+        collection = registered_collection
+        for entry in path:
+          collection = collection.get(entry, {})
+        kind = "experiment" if isinstance(reg_key, str) else "task"
+        name = getattr(reg_key, "__name__", reg_key)
+        if not (isinstance(collection, dict) and leaf in collection
+                and _again(kind, name, collection[leaf], fn_or_cls)):
+          raise
+        collection[leaf] = fn_or_cls
+        return fn_or_cls
+
+    return registering
+
+  again._tfm_ext_again = True  # pylint: disable=protected-access
+  tfm_registry.register = again
 
 
 def _qualname(obj) -> str:
