@@ -80,8 +80,9 @@ namespaces for the jobs `nsenter`ed into it:
   no default route, so nothing beyond the LAN's addresses is reachable;
 * its name (`hostname` is the host's name; `socket.gethostname()`, and so
   the trainer lease, sees one host per name);
-* its files: a tmpfs on `/tmp` (its own, empty but for the checkout
-  when that is under `/tmp`), `/etc/hosts` mapping the
+* its files: a tmpfs on `/tmp` (its own, empty but for the checkout and
+  the Python that runs the tests, a venv's included, where those are
+  under `/tmp`: `_kept_under_tmp`), `/etc/hosts` mapping the
   Google names to 10.77.0.1 and every host's name to its address, and the
   box's CA in place of the system's bundle
   (`/etc/ssl/certs/ca-certificates.crt`, which `CURL_CA_BUNDLE` names):
@@ -348,7 +349,8 @@ class Host(_Jobs):
   A job runs in the host's namespaces (network, host name, mount) with the
   box's environment (`Box.environ`), `CURL_CA_BUNDLE` the host's bundle
   (the box's CA) and `TMPDIR` its own `/tmp`, in `cwd` (default `/tmp`) as
-  the host sees it: the machine's files, but not what it has under `/tmp`.
+  the host sees it: the machine's files, but not what it has under `/tmp`
+  (the checkout and the tests' Python excepted: `_kept_under_tmp`).
   """
 
   def __init__(self, box, name, ip, pid):
@@ -601,26 +603,44 @@ def _lan_hold():
     print("attached", flush=True)
 
 
+def _kept_under_tmp():
+  """What of `/tmp` a host's jobs need: the checkout and this interpreter.
+
+  The checkout (CI may clone it under `/tmp`), this Python's prefixes (a
+  venv under `/tmp`, its base's) and every entry of its `sys.path` (a
+  `PYTHONPATH`, an editable install's folder): the real paths of those
+  under `/tmp`, outermost only. A host's jobs run this file's
+  `sys.executable` with the same environment, so they need no more.
+  """
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  needed = {os.path.realpath(p) for p in (
+      repo, sys.prefix, sys.exec_prefix, sys.base_prefix,
+      sys.base_exec_prefix, *sys.path) if p}
+  under = sorted(p for p in needed
+                 if p.startswith("/tmp/") and os.path.isdir(p))
+  return [p for p in under
+          if not any(p.startswith(q + "/") for q in under if q != p)]
+
+
 def _host_hold(state_dir, name, ip, bucket):
   """`--host`, in its new namespaces: files, name, then `eth0` and checks."""
   mounts = (("--bind", os.path.join(state_dir, "lan_hosts"), "/etc/hosts"),
             ("--bind", os.path.join(state_dir, "ca.pem"), HOST_CA_BUNDLE),
             # Last: the sources above may be under /tmp.
             ("-t", "tmpfs", "-o", "mode=1777", f"tmpfs-{name}", "/tmp"))
-  # The checkout the jobs run from (CI may clone it under /tmp) stays in
-  # sight: bound back through a descriptor opened before the tmpfs hid it
-  # (`--no-canonicalize`: mount would resolve the /proc link to a path).
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  under_tmp = repo.startswith("/tmp/")
-  checkout = os.open(repo, os.O_RDONLY | os.O_DIRECTORY) if under_tmp else -1
+  # What the jobs run from stays in sight: bound back through descriptors
+  # opened before the tmpfs hid it (`--no-canonicalize`: mount would
+  # resolve the /proc link to a path).
+  kept = {path: os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+          for path in _kept_under_tmp()}
   for args in mounts:
     subprocess.run(["mount", *args], check=True, stdout=sys.stderr)
-  if under_tmp:
-    os.makedirs(repo, exist_ok=True)
+  for path, fd in kept.items():
+    os.makedirs(path, exist_ok=True)
     subprocess.run(["mount", "--no-canonicalize", "--bind",
-                    f"/proc/{os.getpid()}/fd/{checkout}", repo], check=True,
+                    f"/proc/{os.getpid()}/fd/{fd}", path], check=True,
                    stdout=sys.stderr)
-    os.close(checkout)
+    os.close(fd)
   socket.sethostname(name)
   subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
   print("namespaces", flush=True)

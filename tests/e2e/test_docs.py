@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 
 import pytest
@@ -134,10 +135,17 @@ def unshown_lines(shown, stdout, stderr):
 
 
 def _reader_env(data_dir):
-  """A page's environment, but its PYTHONPATH (its working directory)."""
+  """A page's environment, but its PYTHONPATH (its working directory).
+
+  The scripts of the Python running the tests (`tfm-ext-train`, `pip`, a
+  venv's `python`) come first on PATH, as in its activated venv: the tests
+  may be run as `VENV/bin/python -m pytest` without activating it.
+  """
   env = {k: v for k, v in os.environ.items()
          if k not in ("PYTHONPATH", "TFM_EXT_DATA_DIR")}
-  env.update(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2")
+  env.update(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
+             PATH=os.pathsep.join([sysconfig.get_path("scripts"),
+                                   env.get("PATH", os.defpath)]))
   return env
 
 
@@ -218,7 +226,7 @@ def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir,
   for name in LINKED:
     os.symlink(os.path.join(REPO, name), cwd / name)
   env = dict(_reader_env(data_dir), PYTHONPATH=str(cwd))
-  assert shutil.which("tfm-ext-train"), (
+  assert shutil.which("tfm-ext-train", path=env["PATH"]), (
       "tfm-ext-train is not installed (pip install -e .)")
   forks = None
   if page not in REAL_PROCESSES:

@@ -1,12 +1,15 @@
 """The installed package: one top-level `tfm_ext`, its console command, the default.
 
 Builds this repository's wheel and installs it into a fresh virtual
-environment that sees the machine's TensorFlow and TFM but not this
+environment that sees the packages of the Python running the tests (its
+TensorFlow and TFM, from a venv of its own or the system's) but not this
 checkout, then trains the embedded default from another directory.
 """
 
 import os
 import pathlib
+import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -17,19 +20,59 @@ from conftest import REPO
 from conftest import built_once
 
 
+def _site_dirs():
+  """The site directories of the Python running the tests.
+
+  A venv's own (and its base's with `--system-site-packages`), or the
+  system's, and the user's where that is on: not the base Python's alone,
+  which is what `--system-site-packages` would give a venv made from a venv.
+  """
+  dirs = site.getsitepackages()
+  if site.ENABLE_USER_SITE:
+    dirs.append(site.getusersitepackages())
+  return [d for d in dirs if os.path.isdir(d)]
+
+
+def _see_outer_packages(venv):
+  """Makes `venv` see `_site_dirs()` after its own site-packages.
+
+  Through a `.pth` file that calls `site.addsitedir`, so the `.pth` files
+  of those directories run too, as they do for the tests' Python.
+  """
+  python = str(venv / "bin" / "python")
+  own = subprocess.run(
+      [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+      capture_output=True, text=True, check=True).stdout.strip()
+  with open(os.path.join(own, "tests_outer_site.pth"), "w") as f:
+    f.writelines(f"import site; site.addsitedir({d!r})\n"
+                 for d in _site_dirs())
+
+
+def _run(argv):
+  """Runs a build step; a failure shows its output (pip's reason)."""
+  done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+
+
 def _build_and_install(folder):
   root = pathlib.Path(folder)
+  # Built from a copy: the checkout may be read-only (another user's), and
+  # setuptools leaves `build/` in the tree it builds, whose stale files
+  # would end up in a later wheel.
+  source = root / "source"
+  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+      ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
   wheels = root / "wheels"
-  subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                  "--no-build-isolation", "-q", "-w", str(wheels), REPO],
-                 check=True, capture_output=True, timeout=300)
+  _run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+        "--no-build-isolation", "-q", "-w", str(wheels), str(source)])
   wheel, = wheels.glob("tfm_ext-*.whl")
   venv = root / "venv"
-  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
-                  str(venv)], check=True, timeout=120)
-  subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
-                  "--no-deps", "-q", str(wheel)], check=True,
-                 capture_output=True, timeout=300)
+  _run([sys.executable, "-m", "venv", str(venv)])
+  _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps",
+        "-q", str(wheel)])
+  # After the install: pip in the venv sees no other tfm_ext.
+  _see_outer_packages(venv)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +107,24 @@ def test_the_venv_imports_the_installed_package_not_the_checkout(installed,
       [str(bin_dir / "python"), "-c", "import tfm_ext; print(tfm_ext.__file__)"],
       capture_output=True, text=True, check=True, env=env, cwd=tmp_path)
   assert where.stdout.startswith(str(bin_dir.parent)), where.stdout
+
+
+def test_the_venv_sees_the_packages_of_the_python_running_the_tests(
+    installed, tmp_path):
+  # Each of its site directories, a venv's own too (where the tests run
+  # from a venv: the base Python's alone would miss what it installed),
+  # after the venv's own, so that the wheel's tfm_ext is the one imported.
+  bin_dir, _ = installed
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  path = subprocess.run(
+      [str(bin_dir / "python"), "-c",
+       "import sys; print(*sys.path, sep='\\n')"],
+      capture_output=True, text=True, check=True, env=env,
+      cwd=tmp_path).stdout.splitlines()
+  own = [i for i, p in enumerate(path) if p.startswith(str(bin_dir.parent))]
+  outer = [path.index(d) for d in _site_dirs() if d in path]
+  assert own and len(outer) == len(_site_dirs()), (path, _site_dirs())
+  assert max(own) < min(outer), path
 
 
 @pytest.mark.parametrize("command", [["tfm-ext-train"],
