@@ -254,3 +254,27 @@ def test_a_parameter_server_cluster_trains_and_a_sidecar_evaluates(
   assert sidecar.returncode == 0, sidecar
   assert "continuous_eval | 2 checkpoint(s) evaluated here" in (
       sidecar.stdout), sidecar.stdout
+
+
+@pytest.mark.slow
+def test_a_worker_started_seconds_after_the_other_joins_and_both_train(
+    start_forked, tmp_path):
+  # The one started first waits in Python (`waits.until_answered`), its
+  # own address answering from a placeholder socket; the late one finds
+  # it, and TensorFlow connects both: the placeholder was closed in time.
+  model_dir = tmp_path / "multi"
+  ports = free_ports(2)
+  override = (MULTI.replace(f"train_steps={STEPS}", "train_steps=20")
+              .replace("validation_interval=50", "validation_interval=1000"))
+  late = start_forked("--experiment=digits_convnet", "--mode=train",
+                      f"--params_override={override}", model_dir=model_dir,
+                      env=worker_env(ports, 1))
+  time.sleep(5)
+  chief = start_forked("--experiment=digits_convnet", "--mode=train",
+                       f"--params_override={override}", model_dir=model_dir,
+                       env=worker_env(ports, 0))
+  results = [w.finish(timeout=300) for w in (chief, late)]
+  assert [r.returncode for r in results] == [0, 0], results
+  assert _saved_step(model_dir) == 20
+  for result in results:
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
