@@ -10,21 +10,22 @@ within a bound on launches and on wall time. Then `check` compares what
 came out with the same trainer never interrupted (`reference`):
 
 - the final checkpoint, bitwise (every numeric tensor);
-- the evaluations the trainer ran (metrics.csv's validation columns and
-  its own `eval @ step N` lines), early stopping's step and reason, the
-  plateau's reductions, the best checkpoint, and the checkpoints saved;
+- the evaluations the trainer ran (its own `eval @ step N` lines, and
+  metrics.csv's validation columns), early stopping's step and reason,
+  the plateau's reductions and plateau.json, the best checkpoint; the
+  checkpoints saved differ as the manual lets them (`notes`), not failed;
 - every checkpoint evaluated once by the evaluators: one ledger record
   each, "evaluated", by an evaluator that printed it; a second print only
   from one SIGKILLed before it could record; no record seen rewritten;
 - no exit but 0, 42 and SIGKILL's; a SIGTERM or SIGINT heeded within
   `SIGNAL_GRACE_SECONDS`; no `Traceback` in any process's output.
 
-tests/e2e/test_chaos.py runs a dozen faults; a hundred:
+tests/e2e/test_chaos.py runs a dozen faults (`run`); a hundred, as jobs of
+a dozen each with its own seed and model_dir (`run_long`):
 
     python tests/chaos.py --faults=100 [--seed=N] [--work_dir=DIR]
 
-which prints the seed, the faults delivered and every failed check; the
-result of a run is in benchmarks/RESULTS.md.
+prints each job's seed, the faults delivered and every failed check.
 """
 
 import argparse
@@ -315,7 +316,7 @@ def reference(work_dir: str, data_dir: str) -> Outcome:
   """The trainer alone, never interrupted: what a chaos run must match."""
   history = supervise(work_dir, [], roles=("trainer",), data_dir=data_dir,
                       max_lives=1, max_seconds=600)
-  (life,) = history.lives
+  life = history.lives[0]
   if life.returncode != 0:
     raise AssertionError(f"the reference run exited {life.returncode}: "
                          f"{life.output()[-3000:]}")
@@ -360,9 +361,6 @@ def _check_outcome(history: History, expected: Outcome) -> List[str]:
   except (OSError, ValueError, KeyError) as e:
     return [f"the run's records do not read: {e!r}"]
   failures = []
-  if got.checkpoints != expected.checkpoints:
-    failures.append(f"checkpoints saved at {got.checkpoints} where the "
-                    f"uninterrupted run saved {expected.checkpoints}")
   for key in sorted(set(got.summary) | set(expected.summary)):
     if got.summary.get(key) != expected.summary.get(key):
       failures.append(f"{key}: {got.summary.get(key)!r} where the "
@@ -370,8 +368,11 @@ def _check_outcome(history: History, expected: Outcome) -> List[str]:
   for what, of in (("the trainer's evaluations", lambda o: o.evaluations),
                    ("metrics.csv's evaluations", lambda o: o.curves)):
     ours, theirs = of(got), of(expected)
+    # An evaluator's row at a checkpoint the uninterrupted run has not
+    # (`notes`) is no difference.
     differ = sorted(s for s in set(ours) | set(theirs)
-                    if ours.get(s) != theirs.get(s))
+                    if ours.get(s) != theirs.get(s)
+                    and (s in theirs or s not in got.checkpoints))
     if differ:
       failures.append(
           f"{what} differ at step(s) {differ}: "
@@ -432,6 +433,24 @@ def _check_evaluators(history: History) -> List[str]:
   return failures
 
 
+def notes(history: History, expected: Outcome) -> List[str]:
+  """What differs from the uninterrupted run as the manual says it may.
+
+  A preempted trainer saves at the step it stopped, and its next life
+  saves `checkpoint_interval` steps after the step it starts at
+  (docs/modes-and-evaluator.md, "The training modes"): the checkpoints,
+  and so what the evaluators evaluate, are not the uninterrupted run's.
+  """
+  try:
+    steps = conftest.checkpoint_steps(history.model_dir)
+  except (OSError, ValueError):
+    return []
+  if steps == expected.checkpoints:
+    return []
+  return [f"checkpoints at {steps}, the uninterrupted run's at "
+          f"{expected.checkpoints}"]
+
+
 def check(history: History, expected: Outcome) -> List[str]:
   """Every failed check of a chaos run, as a line each (empty: passed)."""
   failures = _check_processes(history)
@@ -442,7 +461,7 @@ def check(history: History, expected: Outcome) -> List[str]:
 
 
 def report(seed: int, faults: List[Fault], history: History,
-           failures: List[str]) -> str:
+           failures: List[str], noted: List[str] = ()) -> str:
   """The run in a paragraph: seed, faults, exits, and each failed check."""
   exits = {}
   for life in history.lives:
@@ -453,14 +472,18 @@ def report(seed: int, faults: List[Fault], history: History,
       f"was done), {len(history.lives)} processes, exits "
       f"{dict(sorted(exits.items()))}, {history.seconds:.0f} s",
       "delivered: " + " ".join(str(f) for f in history.delivered()),
+      *(f"note: {n}" for n in noted),
       f"{len(failures)} failed check(s)" + (":" if failures else "")]
   return "\n".join(lines + [f"- {f}" for f in failures])
 
 
 def run(seed: int, faults: int, work_dir: str, data_dir: str,
         expected: Optional[Outcome] = None, max_after: float = 12.0,
-        max_seconds: float = 1200):
-  """A whole chaos run: (report, failures). `expected`: a `reference`."""
+        max_seconds: float = 900):
+  """One chaos job: (its report, its failed checks, the faults delivered).
+
+  `expected`: a `reference`, run here if not given.
+  """
   if expected is None:
     expected = reference(os.path.join(work_dir, "reference"), data_dir)
   planned = schedule(seed, faults, max_after)
@@ -470,17 +493,45 @@ def run(seed: int, faults: int, work_dir: str, data_dir: str,
                       data_dir=data_dir, max_lives=2 * faults + 20,
                       max_seconds=max_seconds)
   failures = check(history, expected)
-  return report(seed, planned, history, failures), failures
+  noted = [] if history.gave_up else notes(history, expected)
+  return (report(seed, planned, history, failures, noted), failures,
+          len(history.delivered()))
+
+
+def run_long(seed: int, faults: int, work_dir: str, data_dir: str,
+             per_job: int = 12, max_after: float = 12.0) -> List[str]:
+  """Jobs of `per_job` faults until `faults` are delivered; failed lines.
+
+  A job's trainer stops early within a dozen faults or so (the rest are
+  left undelivered), so a hundred faults are many jobs: each with its own
+  seed drawn from `seed` (replay one with `--faults=12 --seed=S`), its
+  own model_dir and checks, all against one reference.
+  """
+  expected = reference(os.path.join(work_dir, "reference"), data_dir)
+  rng = random.Random(seed)
+  delivered, jobs, failed = 0, 0, []
+  while delivered < faults and jobs < 3 * faults // per_job + 1:
+    job_seed = rng.randrange(2**31)
+    said, failures, count = run(job_seed, per_job,
+                                os.path.join(work_dir, f"job-{jobs}"),
+                                data_dir, expected, max_after)
+    print(said, flush=True)
+    delivered, jobs = delivered + count, jobs + 1
+    failed += [f"seed {job_seed}: {f[:300]}" for f in failures]
+  print(f"chaos seed {seed}: {delivered} faults delivered in {jobs} jobs "
+        f"of {per_job}; {len({f.split(':')[0] for f in failed})} job(s) "
+        f"failed, {len(failed)} failed check(s)")
+  return failed
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--faults", type=int, default=100)
+  parser.add_argument("--per_job", type=int, default=12)
   parser.add_argument("--seed", type=int, default=None)
   parser.add_argument("--work_dir", default=None)
   parser.add_argument("--max_after", type=float, default=12.0,
                       help="latest moment of a fault in a process's life (s)")
-  parser.add_argument("--max_seconds", type=float, default=3600)
   args = parser.parse_args()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   if conftest.REPO not in sys.path:  # tfm_ext, for the checks.
@@ -489,11 +540,11 @@ def main():
   work_dir = args.work_dir or tempfile.mkdtemp(prefix="chaos-")
   data_dir = os.environ.get("TFM_EXT_DATA_DIR") or os.path.join(
       work_dir, "data")
-  said, failures = run(seed, args.faults, work_dir, data_dir,
-                       max_after=args.max_after, max_seconds=args.max_seconds)
-  print(said)
+  failed = run_long(seed, args.faults, work_dir, data_dir, args.per_job,
+                    args.max_after)
+  print("\n".join(f"- {f}" for f in failed))
   print(f"outputs and model_dirs in {work_dir}")
-  sys.exit(1 if failures else 0)
+  sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
