@@ -62,6 +62,7 @@ _EXPORTS = {
     "ServingInputs": "tfm_ext.model_dir.export",
     "run_experiment": "tfm_ext.run.experiment",
     "launch": "tfm_ext.run.experiment",
+    "load": "tfm_ext.run.experiment",
     "build_model": "tfm_ext.training.models",
     "MODELS": "tfm_ext.training.models",
     "register_model": "tfm_ext.training.models",

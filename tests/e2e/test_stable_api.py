@@ -17,7 +17,7 @@ STABLE_NAMES = [
     "ActionContext", "CustomTrainer", "MODELS", "Preempted", "Registry",
     "RegistryError", "RunFailed", "ServingInputs", "TRAINERS",
     "TrainerConfig", "UsageError", "build_model", "get_trainer", "launch",
-    "register_action", "register_model", "register_trainer",
+    "load", "register_action", "register_model", "register_trainer",
     "run_experiment"]
 
 # Old path -> (where it moved, in which release); the old paths go in 0.3.0.

@@ -63,6 +63,17 @@ summary = tfm_ext.launch(
     params_override="trainer.train_steps=40,trainer.steps_per_loop=20,"
     "trainer.summary_interval=20,trainer.validation_interval=40")
 out["trained"] = summary.to_json()
+# The trained model, back from its best checkpoint, on the validation set.
+from official.core import exp_factory, task_factory
+model = tfm_ext.load(f"{root}/trained")
+config = exp_factory.get_exp_config("digits_convnet").task
+right = seen = 0
+for images, labels in task_factory.get_task(config).build_inputs(
+    config.validation_data):
+  right += int(sum(model(images, training=False).numpy().argmax(-1)
+                   == labels.numpy()))
+  seen += len(labels)
+out["loaded"] = right / seen
 try:
   tfm_ext.launch("digits_convnet", model_dir=f"{root}/diverged", mode="train",
                  params_override="trainer.train_steps=40,"
@@ -94,6 +105,10 @@ def test_launch_runs_the_launchers_job_from_python(data_dir, tmp_path):
     assert json.load(f) == trained  # The launcher's records.
   assert (trained["status"], trained["global_step"]) == ("completed", 40)
   assert "accuracy" in trained["eval_metrics"]
+  # tfm_ext.load: the model of its best (and only evaluated) checkpoint.
+  assert trained["best"]["global_step"] == 40
+  assert out["loaded"] == pytest.approx(trained["eval_metrics"]["accuracy"],
+                                        abs=1e-6)
   for record in ("params.yaml", "checkpoint", "metrics.csv", "logs"):
     assert (tmp_path / "trained" / record).exists(), record
   message, code = out["failed"]

@@ -34,6 +34,8 @@ TFM's own `base_trainer_test` and `train_lib_test` run against it
 (`tests/e2e/test_tfm_core_suites.py`).
 """
 
+import json
+import os
 import sys
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
@@ -45,10 +47,13 @@ import tf_keras
 from official.core import base_task
 from official.core import base_trainer
 from official.core import config_definitions
+from official.core import task_factory
 
 from tfm_ext.config import params as params_lib
 from tfm_ext.base.errors import RunFailed
 from tfm_ext.base.errors import UsageError
+from tfm_ext.model_dir import export
+from tfm_ext.model_dir import files
 from tfm_ext.model_dir.run_summary import RunSummary
 from tfm_ext.run import assembly
 from tfm_ext.run import driver
@@ -151,8 +156,7 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
     # A notebook or a script of its own parsed no absl flags: their
     # defaults (the log goes to model_dir/logs/, warnings to the console).
     absl_flags.FLAGS([sys.argv[0] if sys.argv else "tfm_ext"])
-  # The embedded default is always registered, as the launcher has it.
-  from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
+  _register_the_default()
   failures.reset()
   request = driver.RunRequest(
       experiment=experiment, mode=mode, model_dir=model_dir,
@@ -171,6 +175,55 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
     return driver.run(plan)
   except SystemExit as e:  # The job's end, as the launcher would exit.
     raise _error_of(e) from None
+
+
+def load(model_dir: str, *, checkpoint: str = "",
+         experiment: str = "") -> tf_keras.Model:
+  """The model a run trained in `model_dir`, with a checkpoint's weights.
+
+      summary = tfm_ext.launch("digits_convnet", model_dir="/tmp/digits")
+      model = tfm_ext.load("/tmp/digits")   # its best checkpoint
+      model.predict(images)
+
+  The model is built as the run built it, from its `params.yaml` (and the
+  experiment `run_summary.json` names, or `experiment`), by its task; the
+  weights are read from `checkpoint` (as `--checkpoint_path` takes it: a
+  prefix, a directory or a step), else the best checkpoint that reads
+  whole, else the latest, as `--mode=export` chooses.
+
+  Raises:
+    UsageError: no run or no checkpoint there, or one that does not fit.
+  """
+  _register_the_default()
+  experiment = experiment or _experiment_of(model_dir)
+  follow = params_lib.trainer_params(model_dir)
+  if not follow:
+    raise UsageError(f"{model_dir} holds no params.yaml of a training run "
+                     "to build its model from.")
+  params = params_lib.build(params_lib.ConfigSources(experiment=experiment),
+                            follow=follow)
+  path = export.checkpoint_to_export(
+      model_dir, params.trainer.best_checkpoint_export_subdir, checkpoint)
+  model = task_factory.get_task(params.task).build_model()
+  export.restore(path, model=model)
+  return model
+
+
+def _register_the_default() -> None:
+  """The embedded default is always registered, as the launcher has it."""
+  from tfm_ext.examples import digits_convnet  # pylint: disable=g-import-not-at-top,unused-import
+
+
+def _experiment_of(model_dir: str) -> str:
+  """The experiment the run in `model_dir` says it ran."""
+  for name in ("run_summary.json", "eval_summary.json"):
+    try:
+      return json.loads(files.read_text(os.path.join(model_dir, name)))[
+          "experiment"]
+    except (OSError, ValueError, KeyError, tf.errors.NotFoundError):
+      continue
+  raise UsageError(f"{model_dir} has no run_summary.json naming its "
+                   "experiment: pass experiment= to tfm_ext.load.")
 
 
 def _error_of(exit: SystemExit) -> Exception:
