@@ -4,11 +4,12 @@ Once the run's `tfm_ext.run.preemption.SignalWatcher` has taken over from
 the start-up's handlers, a signal no longer ends the process at once: its
 handler records it, and every part of the run stops where it is safe. A
 wait that sleeps between polls (the trainer lease watching a stale holder
-or a competing claim, a store that does not answer) would hear of it only
-when its sleep ends, and then only if it looks: a trainer waiting for a
-stale lease exited 239 s after its SIGTERM. So every polling wait sleeps
-with `sleep`, which returns as soon as the watcher `set`s the flag (from
-its own thread, as the signal comes), and then looks (`came`).
+or a competing claim) would hear of it only when its sleep ends, and then
+only if it looks: a trainer waiting for a stale lease exited 239 s after
+its SIGTERM. So a polling wait of the run sleeps with `sleep`, which
+returns as soon as the watcher `set`s the flag (from its own thread, as
+the signal comes), and then looks (the run's `check_start`, which raises
+once a signal came). The lease's waits do (`tfm_ext.model_dir.lease`).
 
 Before the watcher (the start-up), a signal ends the process from its
 handler (`tfm_ext.base.startup`), which Python runs inside any sleep of
@@ -16,11 +17,8 @@ the main thread; `sleep` is then a plain wait.
 """
 
 import threading
-import time
 
 _came = threading.Event()
-# How often `wait` looks at both events (a thread waits for one at a time).
-_LOOK_SECONDS = 0.05
 
 
 def set() -> None:  # pylint: disable=redefined-builtin
@@ -33,26 +31,11 @@ def clear() -> None:
   _came.clear()
 
 
-def came() -> bool:
-  """Whether a stop signal came since the last `clear`."""
-  return _came.is_set()
-
-
 def sleep(seconds: float) -> None:
   """Sleeps `seconds`, or less: until a stop signal comes (`set`).
 
-  Returns either way; the caller looks (`came`, or its run's check) and
-  ends its wait.
+  Returns either way; the caller then looks (its run's check: the lease's
+  `interrupt`) and ends its wait.
   """
   _came.wait(max(seconds, 0.0))
 
-
-def wait(done: threading.Event, seconds: float) -> bool:
-  """Waits up to `seconds` for `done` or a stop signal; whether `done`."""
-  deadline = time.monotonic() + max(seconds, 0.0)
-  while not done.is_set() and not _came.is_set():
-    left = deadline - time.monotonic()
-    if left <= 0:
-      break
-    done.wait(min(_LOOK_SECONDS, left))
-  return done.is_set()
