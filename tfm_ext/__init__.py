@@ -42,12 +42,17 @@ before TensorFlow loads (`tfm_ext.base.startup`).
 """
 
 import importlib
+import os as _os
 from typing import Any
 
 from tfm_ext.base import registry as _registry
+from tfm_ext.base import startup as _startup
 
 # A notebook's cell that registers an experiment may run again.
 _registry.allow_definitions_again()
+# TensorFlow, loaded after this import, logs natively at warning level and
+# up, as under a launcher (a value the user set wins).
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 __version__ = "0.2.1"
 
@@ -80,7 +85,14 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
   if name not in _EXPORTS:
     raise AttributeError(f"module 'tfm_ext' has no attribute {name!r}")
-  value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  # TensorFlow loads as a launcher loads it (`tfm_ext.base.startup`): its
+  # native INFO lines and CUDA's cuInit line quiet, in a notebook too.
+  _startup.begin(signals=False)
+  try:
+    module = importlib.import_module(_EXPORTS[name])
+  finally:
+    _startup.end()
+  value = getattr(module, name)
   globals()[name] = value
   return value
 
