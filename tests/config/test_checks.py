@@ -253,20 +253,25 @@ def test_no_checkpoints_passes_with_a_warning(tmp_path, caplog):
   assert any("saves no checkpoint" in r.getMessage() for r in caplog.records)
 
 
-def test_a_task_name_says_it_chooses_no_task(caplog):
+@pytest.mark.parametrize("name", ["nosuchtask", "ImageClassificationTask"])
+def test_a_task_name_that_is_not_the_runs_task_is_refused(name):
   # A YAML's `task: {name: ...}` reads as choosing a task; in TFM the
   # config type does, and task.name is a label of multi-task runs.
-  checks.check_values(build("task.name=nosuchtask"), trains=True,
-                      evaluates=True)
-  said = [r.getMessage() for r in caplog.records if "task.name" in
-          r.getMessage()]
-  assert said == ["task.name='nosuchtask' chooses no task: the experiment's "
-                  "task config (DigitsTaskConfig) chooses the task, "
-                  "DigitsTask; TFM reads task.name only in multi-task runs. "
-                  "To train another task, choose its --experiment."], said
-  caplog.clear()
-  checks.check_values(build(""), trains=True, evaluates=True)
-  assert not any("task.name" in r.getMessage() for r in caplog.records)
+  with pytest.raises(UsageError) as e:
+    checks.check_values(build(f"task.name={name}"), trains=True,
+                        evaluates=True)
+  assert str(e.value).startswith(
+      f"task.name={name!r} chooses no task: the experiment's task config "
+      "(DigitsTaskConfig) chooses it, DigitsTask; TFM reads task.name only "
+      "in multi-task runs. Remove task.name (or give DigitsTask's name), or "
+      "choose the --experiment of the task you mean (registered tasks: ")
+  assert "DigitsTask" in str(e.value).split("registered tasks: ")[1]
+
+
+@pytest.mark.parametrize("name", ["", "DigitsTask", "digits_task", "digits"])
+def test_the_runs_own_task_name_is_a_label(name):
+  checks.check_values(build(f"task.name={name}" if name else ""),
+                      trains=True, evaluates=True)
 
 
 def test_nested_metric_name_is_judged_by_its_first_part():

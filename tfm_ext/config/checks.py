@@ -396,27 +396,45 @@ def check_values(params: config_definitions.ExperimentConfig, *,
         "what it trains is lost when it ends; give a positive number of "
         "steps to keep it.",
         _config_types.show(params.trainer.checkpoint_interval))
-  _warn_of_task_name(params.task)
+  _check_task_name(params.task)
   check_runtime(params.runtime)
 
 
-def _warn_of_task_name(task: config_definitions.TaskConfig) -> None:
-  """Says that `task.name` chooses no task: TFM keeps it as a label.
+def _check_task_name(task: config_definitions.TaskConfig) -> None:
+  """Refuses a `task.name` that is not the task the run trains.
 
   The experiment's task config type chooses the task (`task_factory`);
-  TFM reads `task.name` only in its multi-task runs.
+  TFM reads `task.name` only in its multi-task runs, so a name that reads
+  as choosing another task (a YAML's `task: {name: ...}`) would train the
+  experiment's own task without a word. Its own task's class name, in
+  either spelling, is accepted as the label it is.
   """
-  if not getattr(task, "name", None):
+  name = getattr(task, "name", None)
+  if not name:
     return
   try:
     chosen = task_factory.get_task_cls(type(task)).__name__
-  except (KeyError, ValueError):
-    chosen = "the one its config type registers"
-  logging.warning(
-      "task.name=%r chooses no task: the experiment's task config (%s) "
-      "chooses the task, %s; TFM reads task.name only in multi-task runs. "
-      "To train another task, choose its --experiment.",
-      task.name, type(task).__name__, chosen)
+  except (KeyError, ValueError, LookupError):
+    chosen = ""
+  if chosen and _spelled_alike(name, chosen):
+    return
+  registered = sorted({cls.__name__ for cls in
+                       task_factory._REGISTERED_TASK_CLS.values()})  # pylint: disable=protected-access
+  raise UsageError(
+      f"task.name={name!r} chooses no task: the experiment's task config "
+      f"({type(task).__name__}) chooses it, "
+      f"{chosen or 'the task its config type registers'}; TFM reads "
+      "task.name only in multi-task runs. Remove task.name (or give "
+      f"{chosen or 'that task'}'s name), or choose the --experiment of the "
+      f"task you mean (registered tasks: {', '.join(registered)}).")
+
+
+def _spelled_alike(name: str, class_name: str) -> bool:
+  """`DigitsTask`, `digits_task`, `digits`: the same task's name."""
+  def squashed(text):
+    return text.replace("_", "").lower()
+  return squashed(name) in (squashed(class_name),
+                            squashed(class_name).removesuffix("task"))
 
 
 def check_runtime(runtime) -> None:
