@@ -17,17 +17,25 @@ from conftest import assert_clean_usage_error
 from conftest import numeric_tensors
 
 EXP = "--experiment=digits_convnet"
-WATCHED = ",".join([
-    "trainer.steps_per_loop=20", "trainer.summary_interval=20",
-    "trainer.validation_interval=20", "trainer.checkpoint_interval=20",
-    "runtime.deterministic=true",
-    "trainer.early_stopping.metric=accuracy",
-    "trainer.early_stopping.patience=2",
-    "trainer.early_stopping.min_delta=0.02",
-    "trainer.reduce_lr_on_plateau.metric=validation_loss",
-    "trainer.reduce_lr_on_plateau.patience=1",
-    "trainer.reduce_lr_on_plateau.factor=0.5",
-    "trainer.reduce_lr_on_plateau.min_delta=0.05"])
+
+
+def watched(checkpoint_interval=20, patience=2):
+  """The overrides of the runs described above (other tests' too)."""
+  return ",".join([
+      "trainer.steps_per_loop=20", "trainer.summary_interval=20",
+      "trainer.validation_interval=20",
+      f"trainer.checkpoint_interval={checkpoint_interval}",
+      "runtime.deterministic=true",
+      "trainer.early_stopping.metric=accuracy",
+      f"trainer.early_stopping.patience={patience}",
+      "trainer.early_stopping.min_delta=0.02",
+      "trainer.reduce_lr_on_plateau.metric=validation_loss",
+      "trainer.reduce_lr_on_plateau.patience=1",
+      "trainer.reduce_lr_on_plateau.factor=0.5",
+      "trainer.reduce_lr_on_plateau.min_delta=0.05"])
+
+
+WATCHED = watched()
 
 
 def _train(launch_forked, model_dir, steps, extra=""):
@@ -59,10 +67,19 @@ def test_early_stopping_saves_exits_0_and_a_relaunch_trains_nothing(
   assert os.path.exists(model_dir / f"ckpt-{step}.index")
   with open(model_dir / "training_complete.json") as f:
     assert json.load(f)["global_step"] == step  # An evaluator ends there.
+  with open(model_dir / "plateau.json") as f:
+    record = json.load(f)
+  # Its checkpoint (every 20 steps) was saved before the evaluation that
+  # stopped it: the relaunch runs that one again, from the checkpoint's
+  # state, and stops there again, training nothing.
   again = _train(launch_forked, model_dir, 400)
   assert not [l for l in again.stdout.splitlines() if l.startswith("step ")]
-  assert f"already complete at step {step} (stopped early: " in again.stdout
-  assert _summary(model_dir)["stopped_early_at"] == step
+  assert stopped == [l for l in again.stdout.splitlines()
+                     if l.startswith("stopped @ step ")], again.stdout
+  for field in ("stopped_early_at", "lr_factor", "lr_reductions", "best"):
+    assert _summary(model_dir)[field] == summary[field], field
+  with open(model_dir / "plateau.json") as f:
+    assert json.load(f) == record
 
 
 def test_a_resumed_run_counts_on_as_an_uninterrupted_one(launch_forked,
@@ -130,8 +147,8 @@ def test_an_action_can_ask_the_run_to_stop(launch, tmp_path):
           in again.stdout), again.stdout
   more = train(120)
   assert more.returncode == 0, more
-  # A run's first loop is one step: the action stops it after it.
-  assert "stopped @ step 41 | enough at 40" in more.stdout, more.stdout
+  # A resumed run's first loop is a whole loop: the action stops it after it.
+  assert "stopped @ step 60 | enough at 40" in more.stdout, more.stdout
 
 
 def test_what_cannot_act_is_refused(launch_forked, tmp_path):
@@ -149,8 +166,45 @@ def test_what_cannot_act_is_refused(launch_forked, tmp_path):
        "trainer.early_stopping.metric=accuracy,"
        "trainer.early_stopping.mode=biggest",
        ["trainer.early_stopping.mode='biggest'"]),
+      # Accepted (only 'accuracy' was checked), and it never acted.
+      ("--mode=train_and_eval", "trainer.early_stopping.metric='accuracy|top1'",
+       ["trainer.early_stopping.metric='accuracy|top1'",
+        "'accuracy' logs one number"]),
+      # Accepted: five "factor 1 -> 0.5" lines, and the rate never changed.
+      ("--mode=train_and_eval",
+       "trainer.reduce_lr_on_plateau.metric=accuracy,"
+       "trainer.reduce_lr_on_plateau.min_lr=0.01",
+       ["trainer.reduce_lr_on_plateau.min_lr=0.01",
+        "at or above the learning rate"]),
   ]
   for n, (mode, override, fragments) in enumerate(cases):
     run = launch_forked(EXP, mode, f"--params_override={override}",
                         model_dir=tmp_path / str(n))
     assert_clean_usage_error(run, *fragments)
+
+
+def test_a_reduction_says_what_the_rate_really_does(launch_forked, tmp_path):
+  """Every evaluation after the first stalls (min_delta 1): the reduction
+  at step 40 is held at min_lr, the one at 60 would change nothing and is
+  not made (each was a "factor -> factor/2" line, and the rate never
+  followed)."""
+  run = launch_forked(
+      EXP, "--mode=train_and_eval", "--params_override="
+      "trainer.train_steps=60,trainer.steps_per_loop=20,"
+      "trainer.summary_interval=20,trainer.validation_interval=20,"
+      "trainer.checkpoint_interval=20,"
+      "trainer.reduce_lr_on_plateau.metric=accuracy,"
+      "trainer.reduce_lr_on_plateau.patience=1,"
+      "trainer.reduce_lr_on_plateau.min_delta=1,"
+      "trainer.reduce_lr_on_plateau.factor=0.5,"
+      "trainer.reduce_lr_on_plateau.min_lr=0.002", model_dir=tmp_path / "m")
+  assert run.returncode == 0, run
+  said = [l for l in run.stdout.splitlines() if l.startswith("plateau @")]
+  assert len(said) == 2, said
+  assert said[0].startswith("plateau @ step 40 |") and (
+      "-> 0.002, held at min_lr=0.002 (factor 1 -> 0.5)" in said[0]), said
+  assert said[1].startswith("plateau @ step 60 |") and (
+      "already at min_lr=0.002: not lowered, factor stays 0.5") in said[1], said
+  summary = _summary(tmp_path / "m")
+  assert summary["lr_factor"] == 0.5
+  assert summary["lr_reductions"] == [{"step": 40, "factor": 0.5}]

@@ -274,10 +274,75 @@ def test_the_runs_own_task_name_is_a_label(name):
                       trains=True, evaluates=True)
 
 
-def test_nested_metric_name_is_judged_by_its_first_part():
-  params = build("trainer.best_checkpoint_eval_metric='accuracy|top1'")
-  checks.check_best_checkpoint_metric(
-      params, custom_trainer.CustomTrainer, evaluates=True)
+@pytest.mark.parametrize("field", [
+    "trainer.best_checkpoint_eval_metric", "trainer.early_stopping.metric",
+    "trainer.reduce_lr_on_plateau.metric"])
+def test_a_metric_name_is_checked_whole(field):
+  # Only the part before '|' was checked: early stopping on
+  # 'accuracy|top1' was accepted and never acted.
+  params = build(f"{field}='accuracy|top1'")
+  with pytest.raises(UsageError) as raised:
+    checks.check_best_checkpoint_metric(
+        params, custom_trainer.CustomTrainer, evaluates=True, trains=True)
+  said = str(raised.value)
+  assert said.startswith(f"{field}='accuracy|top1': ") and (
+      "'accuracy' logs one number: it has no '|top1' below it") in said, said
+
+
+def test_a_nested_log_is_named_by_its_keys(monkeypatch):
+  """A metric whose result is a mapping (a COCO-style one) logs its leaves,
+  `name|key`: those pass, its bare name and other keys do not."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+
+  class Coco(tf_keras.metrics.Metric):
+
+    def update_state(self, *args, **kwargs):
+      pass
+
+    def result(self):
+      return {"AP": 0.0, "AP50": 0.0}
+
+  built = digits_convnet.DigitsTask.build_metrics
+  monkeypatch.setattr(
+      digits_convnet.DigitsTask, "build_metrics",
+      lambda self, training=True: built(self, training) + [Coco(name="coco")])
+  for name in ("coco|AP", "coco|AP50", "accuracy"):
+    checks.check_best_checkpoint_metric(
+        build(f"trainer.early_stopping.metric='{name}'"),
+        custom_trainer.CustomTrainer, evaluates=True, trains=True)
+  for name in ("coco", "coco|AR", "coco|AP|x"):
+    with pytest.raises(UsageError, match="do not log it"):
+      checks.check_best_checkpoint_metric(
+          build(f"trainer.early_stopping.metric='{name}'"),
+          custom_trainer.CustomTrainer, evaluates=True, trains=True)
+
+
+PLATEAU = "trainer.reduce_lr_on_plateau"
+
+
+@pytest.mark.parametrize("override, rate", [
+    (f"{PLATEAU}.min_lr=0.003", f"{LR}=0.003"),  # digits' own rate.
+    (f"{PLATEAU}.min_lr=0.5", f"{LR}=0.003"),
+    # A stepwise schedule's largest value.
+    (f"{STEPWISE}.boundaries=[100],{SCHEDULE}.stepwise.values=[0.1,0.2],"
+     f"{PLATEAU}.min_lr=0.2", f"{SCHEDULE}.stepwise.values=0.2"),
+])
+def test_a_min_lr_at_or_above_the_rate_is_refused(tmp_path, override, rate):
+  # It was taken: five "factor 1 -> 0.5" lines, a factor of 0.03, and the
+  # rate never changed.
+  with pytest.raises(UsageError) as raised:
+    prepare(f"{PLATEAU}.metric=accuracy,{override}", tmp_path / "m")
+  said = str(raised.value)
+  assert said.startswith(f"{PLATEAU}.min_lr=") and (
+      f"at or above the learning rate ({rate}") in said, said
+  assert not (tmp_path / "m").exists()
+
+
+def test_a_min_lr_below_the_rate_passes(tmp_path):
+  prepare(f"{PLATEAU}.metric=accuracy,{PLATEAU}.min_lr=0.001",
+          tmp_path / "m")
+  # Not read where the plateau is off.
+  prepare(f"{PLATEAU}.min_lr=0.5", tmp_path / "n")
 
 
 def test_metric_names_that_cannot_be_known_are_not_refused(monkeypatch):
@@ -358,3 +423,23 @@ def test_tfm_vision_shapes_of_zero_are_refused_and_their_defaults_pass():
                      "retinanet_resnetfpn_coco", "resnet_imagenet"):
     checks.check_values(params_lib.build(params_lib.ConfigSources(
         experiment=experiment)), trains=True, evaluates=True)
+
+
+def test_a_decay_that_ends_before_training_is_warned_of_naming_it(caplog):
+  # digits_convnet's cosine decays over 500 steps, its default train_steps.
+  checks.check_values(build("trainer.train_steps=1000"), trains=True,
+                      evaluates=True)
+  said = [r.getMessage() for r in caplog.records if "decay_steps" in
+          r.getMessage()]
+  assert said == [
+      "trainer.optimizer_config.learning_rate.cosine.decay_steps=500 ends "
+      "before trainer.train_steps=1000: from step 500 on, the learning rate "
+      "stays at the schedule's end (trainer.optimizer_config.learning_rate."
+      "cosine.alpha=0.0). Set trainer.optimizer_config.learning_rate.cosine."
+      "decay_steps to trainer.train_steps if the decay should span the "
+      "run."], said
+  caplog.clear()
+  for override in ("", "trainer.train_steps=1000,trainer.optimizer_config."
+                   "learning_rate.cosine.decay_steps=1000"):
+    checks.check_values(build(override), trains=True, evaluates=True)
+  assert not any("decay_steps" in r.getMessage() for r in caplog.records)

@@ -149,6 +149,47 @@ def test_an_unreadable_latest_falls_back_to_the_newest_readable(
       checkpoint_state.repair(model_dir)).get_tensor(VALUE) == 20.0
 
 
+def roll_back(model_dir, latest, listed=None):
+  """Writes the state file by hand, naming `latest` (`listed` before it)."""
+  text = "".join(f'all_model_checkpoint_paths: "{name}"\n'
+                 for name in (listed or []) + [latest])
+  write(f"{model_dir}/checkpoint",
+        f'model_checkpoint_path: "{latest}"\n{text}'.encode())
+
+
+@pytest.mark.parametrize("latest, listed", [
+    ("ckpt-10", None),  # Rolled back by hand to an older step.
+    ("ckpt-20", ["ckpt-10", "ckpt-30"]),  # Only the latest edited.
+    ("ckpt-15", ["ckpt-10"]),  # A step that does not exist.
+])
+def test_a_training_start_never_resumes_behind_a_newer_readable_checkpoint(
+    model_dir, latest, listed, caplog):
+  roll_back(model_dir, latest, listed)
+  left = {p: read(p) for p in tf.io.gfile.glob(f"{model_dir}/ckpt-*")}
+  with caplog.at_level(std_logging.WARNING):
+    assert checkpoint_state.repair(model_dir, trains=True) == (
+        f"{model_dir}/ckpt-30")
+  (warning,) = warnings_of(caplog)
+  assert (f"names {latest}, older than ckpt-30, which reads whole" in warning
+          and "run restores ckpt-30" in warning), warning
+  assert tf.train.latest_checkpoint(model_dir) == f"{model_dir}/ckpt-30"
+  assert {p: read(p) for p in tf.io.gfile.glob(
+      f"{model_dir}/ckpt-*")} == left
+
+
+def test_an_evaluator_follows_the_state_file_and_a_damaged_newer_one_is_skipped(
+    model_dir, caplog):
+  roll_back(model_dir, "ckpt-20", ["ckpt-10"])
+  # An evaluator reads what the state file names, as TensorFlow's readers.
+  assert checkpoint_state.repair(model_dir) == f"{model_dir}/ckpt-20"
+  cut_short(data_file(model_dir, 30))
+  with caplog.at_level(std_logging.WARNING):
+    assert checkpoint_state.repair(model_dir, trains=True) == (
+        f"{model_dir}/ckpt-20")
+  (warning,) = warnings_of(caplog)
+  assert "skipped ckpt-30 (its data is cut short" in warning, warning
+
+
 def test_no_readable_checkpoint_is_refused_naming_each_and_changing_nothing(
     model_dir):
   for step in STEPS:
@@ -402,6 +443,20 @@ def test_missing_state_file_resumes_training_and_keeps_the_checkpoints(
   assert [os.path.basename(p) for p in tf.train.get_checkpoint_state(
       str(model_copy)).all_model_checkpoint_paths] == [
           "ckpt-10", "ckpt-20", "ckpt-30", "ckpt-40"]
+
+
+def test_a_rolled_back_state_file_never_leads_to_overwriting_newer_ones(
+    launch_forked, model_copy):
+  # It resumed from ckpt-10 and wrote over ckpt-20 and ckpt-30, silently.
+  roll_back(model_copy, "ckpt-10")
+  before = files_of(model_copy, STEPS)
+  run = launch_forked(EXPERIMENT, "--mode=train", override(40),
+                      model_dir=model_copy)
+  assert run.returncode == 0, run
+  assert ("names ckpt-10, older than ckpt-30, which reads whole"
+          in run.stderr), run
+  assert run.summary()["resumed_from_step"] == 30
+  assert files_of(model_copy, STEPS) == before
 
 
 def test_truncated_latest_resumes_training_from_the_one_before(

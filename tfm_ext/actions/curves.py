@@ -147,6 +147,25 @@ def _scalar_events(path: str) -> Iterator[Tuple[int, str, float]]:
       yield event.step, value.tag, number
 
 
+def logged_at(directory: str, step: int) -> bool:
+  """Whether an event file under `directory` holds a scalar of `step`.
+
+  An evaluation run again at a step already logged (a run resumed from a
+  checkpoint saved before that step's evaluation, which had run) writes
+  nothing there again: an event file only grows, and TensorBoard would
+  draw the point twice (`tfm_ext.run.assembly`).
+  """
+  if not tf.io.gfile.isdir(directory):
+    return False
+  for folder, _, names in tf.io.gfile.walk(directory):
+    for name in names:
+      if ".tfevents." in name and any(
+          logged == step for logged, _, _ in _scalar_events(
+              os.path.join(folder, name))):
+        return True
+  return False
+
+
 def _drop_after(rows: Rows, step: int, columns) -> None:
   for later in [s for s in rows if s > step]:
     for name in columns:

@@ -3,8 +3,8 @@
 `trainer.early_stopping` and `trainer.reduce_lr_on_plateau` (off unless a
 `metric` is given; `tfm_ext.training.trainers.EarlyStoppingConfig`) are eval
 actions of a training run that evaluates. Each watches one log of every
-evaluation and counts the evaluations in a row that fail to beat the best
-by more than `min_delta`:
+evaluation (a nested one by TFM's `|`: `coco|AP`) and counts the
+evaluations in a row that fail to beat the best by more than `min_delta`:
 
 * early stopping, after `patience` such evaluations, asks the run to stop
   (`Stop.request`): the run saves at that step, writes `run_summary.json`
@@ -13,23 +13,31 @@ by more than `min_delta`:
 * the plateau, after `patience` of them, multiplies a factor on top of the
   optimizer's learning rate, whatever TFM schedule it is (`Scaled`), by
   `factor`; the factor never takes the rate below `min_lr` (the schedule
-  alone may), and the count starts again.
+  alone may), and the count starts again. A reduction that `min_lr` cuts
+  short says so; one that would not lower the rate at all is not made.
 
 Their state (the best value, the count, the factor) is variables in the
-training checkpoint, so a run resumed after a preemption continues the
-count where it was (Keras' callbacks start again from nothing). A
-checkpoint is saved before the evaluation at its step, so the state after
-each evaluation is also a record of the model_dir, `plateau.json` (written
-whole after every evaluation, with the factor's history): a run resumed
-from the checkpoint of an evaluated step takes the record's state for that
-step (`resume`). Each change is a console line; the factor's history is in
-`run_summary.json`.
+training checkpoint, and only the checkpoint decides it: a run resumed
+after a preemption continues the count where it was (Keras' callbacks
+start again from nothing). A checkpoint is saved before the evaluation at
+its step, so a run resumed from it runs that evaluation first
+(`tfm_ext.training.run_state`), from the checkpoint's state. The record
+`plateau.json` (written whole after every evaluation, with the factor's
+history) only reports it: a record that cannot be read, or that disagrees
+with the checkpoint of the step it names, is warned of and ignored
+(`check_record`). Each change is a console line; the factor's history is
+in `run_summary.json`.
+
+A stopped run relaunched trains nothing; with a larger `patience` (the
+checkpoint's count no longer reaches it) or a larger `trainer.train_steps`
+than the checkpoint was saved with (`RunState.train_steps_raised`: early
+stopping's stop at the step it resumes at is not asked again) it trains
+on.
 
 An action of one's own can ask the run to stop too, with the context it
 was built from: `context.stop("reason")`. The run stops after the loop or
 evaluation in flight, as above.
 """
-
 import math
 import os
 from typing import Any, Dict, List, Optional
@@ -39,6 +47,7 @@ import orbit
 import tensorflow as tf
 import tf_keras
 
+from tfm_ext.base import logs
 from tfm_ext.model_dir import files
 from tfm_ext.training import optimizers
 
@@ -82,12 +91,16 @@ class Plateau(tf.Module):
     self.wait = tf.Variable(0, dtype=tf.int64, trainable=False, name="wait")
 
   def value(self, output) -> Optional[float]:
-    """The watched log of `output`, or None (then nothing is counted)."""
-    value = (output or {}).get(self.metric)
+    """The watched log of `output`, or None (then nothing is counted).
+
+    A nested log by its keys joined with `|`, as TFM's best-checkpoint
+    exporter reads `best_checkpoint_eval_metric`.
+    """
+    value = dict(logs.leaves(output or {}, "|")).get(self.metric)
     if value is None:
       return None
-    value = float(orbit.utils.get_value(value))
-    return value if math.isfinite(value) else None
+    value = logs.scalar(value)
+    return value if value is not None and math.isfinite(value) else None
 
   def stalled(self, value: float) -> bool:
     """Counts `value`; True once `patience` evaluations in a row stalled."""
@@ -109,16 +122,30 @@ class EarlyStopping:
     self.plateau = Plateau(config, name="early_stopping")
     self._stop = stop
     self._global_step = global_step
+    # A stop at this step or before is not asked again: a stopped run
+    # relaunched with a larger train_steps trains on (`assembly`).
+    self.trains_on_from = -1
 
   def __call__(self, output) -> None:
     value = self.plateau.value(output)
     if value is None or not self.plateau.stalled(value):
       return
+    if int(self._global_step.numpy()) <= self.trains_on_from:
+      return
     p = self.plateau
     self._stop.request(
         f"early stopping: {p.metric} did not improve on its best, "
         f"{float(p.best.numpy()):.6g}, by more than {p.min_delta:g} in "
-        f"{p.patience} evaluation(s) (trainer.early_stopping)")
+        f"{p.patience} evaluation(s) {_EARLY_STOPPING}")
+
+
+_EARLY_STOPPING = "(trainer.early_stopping)"
+
+
+def asked_by_early_stopping(reason: Optional[str]) -> bool:
+  """Whether a stop's recorded `reason` is early stopping's: its stop is
+  decided by the checkpoint's count, not by a record."""
+  return bool(reason) and reason.endswith(_EARLY_STOPPING)
 
 
 class Scaled(tf_keras.optimizers.schedules.LearningRateSchedule):
@@ -133,12 +160,14 @@ class Scaled(tf_keras.optimizers.schedules.LearningRateSchedule):
     self.factor = factor
     self.min_lr = float(min_lr)
 
-  def __call__(self, step):
+  def __call__(self, step, factor=None):
+    """The rate at `step`; with `factor`, the rate that factor would give."""
     base = self.base(step) if callable(self.base) else self.base
     base = tf.cast(base, tf.float32)
-    scaled = base * self.factor
+    factor = self.factor if factor is None else tf.cast(factor, tf.float32)
+    scaled = base * factor
     floor = tf.minimum(base, self.min_lr)
-    return tf.where(self.factor < 1.0, tf.maximum(scaled, floor), scaled)
+    return tf.where(factor < 1.0, tf.maximum(scaled, floor), scaled)
 
   def get_config(self) -> Dict[str, Any]:
     return {"min_lr": self.min_lr}
@@ -155,9 +184,11 @@ class ReduceLROnPlateau:
     self._global_step = global_step
     # (step, factor) of each reduction in this model_dir (`resume`).
     self.reductions: List[Dict[str, Any]] = []
+    self._scaled = []
     for inner in optimizers.named_optimizers(optimizer).values():
       inner.learning_rate = Scaled(inner.learning_rate, self.lr_factor,
                                    config.min_lr)
+      self._scaled.append(inner.learning_rate)
 
   def __call__(self, output) -> None:
     value = self.plateau.value(output)
@@ -166,16 +197,30 @@ class ReduceLROnPlateau:
     self.plateau.wait.assign(0)
     before = float(self.lr_factor.numpy())
     after = before * float(self._config.factor)
-    self.lr_factor.assign(after)
     step = int(self._global_step.numpy())
-    self.reductions.append({"step": step, "factor": after})
+    rate = self._scaled[0] if self._scaled else None
+    old, new = ((float(rate(step)), float(rate(step, after))) if rate
+                else (before, after))
     p = self.plateau
-    message = (f"plateau @ step {step} | {p.metric} did not improve on "
-               f"{float(p.best.numpy()):.6g} in {p.patience} evaluation(s): "
-               f"learning rate factor {before:.4g} -> {after:.4g} "
-               "(trainer.reduce_lr_on_plateau)")
-    logging.info(message)
-    print(message, flush=True)
+    head = (f"plateau @ step {step} | {p.metric} did not improve on "
+            f"{float(p.best.numpy()):.6g} in {p.patience} evaluation(s): ")
+    if new >= old:  # Held at min_lr already: nothing would change.
+      _say(f"{head}learning rate {old:.4g} already at min_lr="
+           f"{self._config.min_lr:g}: not lowered, factor stays {before:.4g} "
+           "(trainer.reduce_lr_on_plateau)")
+      return
+    self.lr_factor.assign(after)
+    self.reductions.append({"step": step, "factor": after})
+    held = (f", held at min_lr={self._config.min_lr:g}"
+            if not math.isclose(new, old * float(self._config.factor),
+                                rel_tol=1e-4) else "")
+    _say(f"{head}learning rate {old:.4g} -> {new:.4g}{held} (factor "
+         f"{before:.4g} -> {after:.4g}) (trainer.reduce_lr_on_plateau)")
+
+
+def _say(message: str) -> None:
+  logging.info(message)
+  print(message, flush=True)
 
 
 def state(actions) -> Dict[str, tf.Module]:
@@ -215,43 +260,100 @@ class Recorder:
     files.write_json(self._path, record)
 
 
-def resume(actions, model_dir: str, restored_step: int) -> None:
-  """Takes `plateau.json`'s state if it is that of `restored_step`.
+def check_record(actions, model_dir: str, evaluated_step: int) -> None:
+  """Reads `plateau.json` to report, never to decide; see the module.
 
-  Its factor's history up to that step, in any case. A record that cannot
-  be read is warned of: the checkpoint's state stands.
+  The checkpoint restored holds the state of the evaluation at
+  `evaluated_step` (`tfm_ext.training.run_state`). A record of that step
+  must say the same: one that says otherwise, or cannot be read, is
+  warned of (one line) and ignored. A record of another step (the
+  checkpoint's state is from before the evaluation at its step, or the
+  run went back to an older checkpoint) cannot be compared: the next
+  evaluation rewrites it. The factor's history up to `evaluated_step` is
+  taken from a record that reads and does not disagree, for the run
+  summary.
   """
-  if not actions or not restored_step:
+  if not actions or evaluated_step < 0:
     return
   path = os.path.join(model_dir, RECORD)
   try:
     record = files.read_object(path, required={"global_step": int})
+    recorded = _record_state(record, actions)
+    disagree = [name for name in recorded
+                if record["global_step"] == evaluated_step
+                and not _agrees(record[name], _state_of(name, actions))]
   except (tf.errors.NotFoundError, FileNotFoundError):
     return
-  except (tf.errors.OpError, OSError, ValueError) as e:
-    logging.warning("%s cannot be read (%s): early stopping and the plateau "
-                    "go on from the checkpoint's count.", path, e)
+  except (tf.errors.OpError, OSError, ValueError, TypeError, KeyError) as e:
+    _warn_ignored(path, f"it cannot be read ({_reason(e)})")
     return
-  at_step = record["global_step"] == restored_step
+  if disagree:
+    _warn_ignored(path, f"its {', '.join(disagree)} state at step "
+                  f"{evaluated_step} is not the checkpoint's")
+    return
   for action in actions:
-    state = record.get(action.plateau.name)
-    if not isinstance(state, dict):
-      continue
-    if isinstance(action, ReduceLROnPlateau):
-      action.reductions = [r for r in state.get("reductions", [])
-                           if r.get("step", 0) <= restored_step]
-    if at_step:
-      action.plateau.best.assign(float(state["best"]))
-      action.plateau.wait.assign(int(state["wait"]))
+    if isinstance(action, ReduceLROnPlateau) and action.plateau.name in recorded:
+      history = record[action.plateau.name].get("reductions")
+      action.reductions = [
+          r for r in (history if isinstance(history, list) else [])
+          if isinstance(r, dict) and isinstance(r.get("step"), int)
+          and r["step"] <= evaluated_step]
+
+
+def _record_state(record, actions) -> List[str]:
+  """The names of `actions` whose state `record` holds (a dict each)."""
+  names = [action.plateau.name for action in actions]
+  for name in names:
+    if name in record and not isinstance(record[name], dict):
+      raise ValueError(f"{name} is not an object")
+  return [name for name in names if name in record]
+
+
+def _state_of(name: str, actions) -> Dict[str, float]:
+  """The checkpoint's state of the action called `name`, as numbers."""
+  for action in actions:
+    p = action.plateau
+    if p.name == name:
+      state = {"best": float(p.best.numpy()), "wait": float(p.wait.numpy())}
       if isinstance(action, ReduceLROnPlateau):
-        action.lr_factor.assign(float(state["lr_factor"]))
+        state["lr_factor"] = float(action.lr_factor.numpy())
+      return state
+  raise KeyError(name)
+
+
+def _agrees(recorded: Dict[str, Any], state: Dict[str, float]) -> bool:
+  """Whether `recorded` says what `state` holds (`float` of a value that is
+  no number raises: a record that cannot be read)."""
+  for key, value in state.items():
+    mine = float(recorded[key])
+    if not (mine == value or math.isclose(mine, value, rel_tol=1e-6)):
+      return False
+  return True
+
+
+def _warn_ignored(path: str, why: str) -> None:
+  logging.warning("%s: %s; ignored: early stopping and the plateau go on "
+                  "from the checkpoint's state.", path, why)
+
+
+def _reason(error: Exception) -> str:
+  return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def stopped_early(actions) -> bool:
-  """Whether early stopping's restored count says the run stopped already."""
+  """Whether early stopping's restored count says the run stopped already
+  (a count at or over a larger `patience` does not)."""
   return any(isinstance(action, EarlyStopping) and int(
       action.plateau.wait.numpy()) >= action.plateau.patience
              for action in actions)
+
+
+def train_on_from(actions, step: int) -> None:
+  """Early stopping asks no stop at `step` or before: a stopped run
+  relaunched with a larger `trainer.train_steps` trains on from it."""
+  for action in actions:
+    if isinstance(action, EarlyStopping):
+      action.trains_on_from = step
 
 
 def summary_fields(actions) -> Dict[str, Any]:

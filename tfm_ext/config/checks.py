@@ -74,6 +74,7 @@ from tfm_ext.base import devices as devices_lib
 from tfm_ext.training import custom_trainer
 from tfm_ext.base import registry
 from tfm_ext.base import failures
+from tfm_ext.base import logs as logs_lib
 
 # The name base_trainer gives its validation loss metric, logged by every
 # evaluation whose task reports a loss.
@@ -367,6 +368,9 @@ def check_values(params: config_definitions.ExperimentConfig, *,
                          f"{rule.accepted}.")
   if trains:
     _check_stepwise(leaves)
+    _warn_of_schedule_end(leaves, params.trainer.train_steps)
+  if _watches("reduce_lr_on_plateau")(use):
+    _check_min_lr(params.trainer.reduce_lr_on_plateau.min_lr, leaves)
   if evaluates and params.runtime.distribution_strategy == "parameter_server":
     # Orbit's evaluation runs on the coordinator's own devices, outside the
     # ParameterServerStrategy's workers; TFM's train_lib fails there too.
@@ -597,8 +601,13 @@ def check_best_checkpoint_metric(params: config_definitions.ExperimentConfig,
 
 def _check_logged(params, trainer_cls: type, field: str, metric: str,
                   off: str) -> None:
-  """Refuses `metric` if the evaluations will not log it; see above."""
-  root = metric.split("|")[0]  # TFM's separator of nested logs.
+  """Refuses `metric` if the evaluations will not log it; see above.
+
+  The whole name: a nested log is named by its keys joined with `|`
+  (TFM's separator, as its best-checkpoint exporter reads it), and each
+  key must be there, not only the first. A metric whose result is one
+  number has no keys below it (`accuracy|top1` is never logged).
+  """
   if _overrides(trainer_cls, "eval_end", (base_trainer.Trainer,
                                           custom_trainer.CustomTrainer)):
     return
@@ -606,19 +615,46 @@ def _check_logged(params, trainer_cls: type, field: str, metric: str,
   if task is None or _overrides(type(task), "reduce_aggregated_logs",
                                 (base_task.Task,)):
     return
-  names = _built(lambda: _names(task.build_metrics(training=False)))
-  if names is None or root in names + [VALIDATION_LOSS]:
+  logged = _built(lambda: _logged(task.build_metrics(training=False)))
+  if logged is None:
     return
-  model_names = _built(lambda: _names(task.build_model().metrics))
-  if model_names is None or root in model_names:
+  logged[VALIDATION_LOSS] = None
+  if metric not in logged:
+    model_logged = _built(lambda: _logged(task.build_model().metrics))
+    if model_logged is None:
+      return
+    logged.update(model_logged)
+  if metric in logged:
     return
-  known = names + model_names + [VALIDATION_LOSS]
-  close = difflib.get_close_matches(root, known, n=1)
+  known = list(logged)
+  close = difflib.get_close_matches(metric, known, n=1)
   guess = f" Did you mean {close[0]!r}?" if close else ""
+  root = metric.split("|")[0]
+  nested = (f" ({root!r} logs one number: it has no {metric[len(root):]!r}"
+            " below it)" if root in logged else "")
   raise UsageError(
       f"{field}={metric!r}: the evaluations of {type(task).__name__} do not "
-      f"log it; they log {', '.join(repr(n) for n in known)}.{guess} Give "
-      f"one of them, or {off}.")
+      f"log it{nested}; they log {', '.join(repr(n) for n in known)}.{guess} "
+      f"Give one of them whole (a nested log's keys joined with '|'), or "
+      f"{off}.")
+
+
+def _logged(metrics) -> Dict[str, None]:
+  """The names the logs of `metrics` hold, a metric whose result is a
+  mapping by the paths of its leaves (`name|key`), as TFM nests them."""
+  names = {}
+  for metric in metrics:
+    try:
+      result = metric.result()
+    except Exception as e:  # pylint: disable=broad-except
+      failures.reraise_interrupt(e)
+      result = None  # Known by its name only.
+    if isinstance(result, dict):
+      names.update((f"{metric.name}|{path}", None)
+                   for path, _ in logs_lib.leaves(result, "|"))
+    else:
+      names[metric.name] = None
+  return names
 
 
 def _check_stepwise(leaves: Dict[str, Any]) -> None:
@@ -633,6 +669,59 @@ def _check_stepwise(leaves: Dict[str, Any]) -> None:
           f"{field[:-len('.boundaries')]} has {len(boundaries)} boundaries "
           f"and {len(values)} values: give one value more than boundaries "
           "(the learning rate before the first boundary, then after each).")
+
+
+def _warn_of_schedule_end(leaves: Dict[str, Any], train_steps: int) -> None:
+  """Warns of a decay that ends before training does, naming its field.
+
+  A cosine or polynomial schedule holds its end value (0 by default) from
+  `decay_steps` on: raising `train_steps` past it alone trains the rest at
+  that rate, which is rarely what was meant.
+  """
+  for kind, end in (("cosine", "alpha"),
+                    ("polynomial", "end_learning_rate")):
+    field = f"trainer.optimizer_config.learning_rate.{kind}.decay_steps"
+    chosen = leaves.get("trainer.optimizer_config.learning_rate.type")
+    decay_steps = leaves.get(field)
+    if chosen != kind or not isinstance(decay_steps, int) or not (
+        0 < decay_steps < train_steps):
+      continue
+    if kind == "polynomial" and leaves.get(field[:-len("decay_steps")]
+                                           + "cycle"):
+      continue
+    logging.warning(
+        "%s=%d ends before trainer.train_steps=%d: from step %d on, the "
+        "learning rate stays at the schedule's end (%s.%s=%s). Set %s to "
+        "trainer.train_steps if the decay should span the run.", field,
+        decay_steps, train_steps, decay_steps, field[:-len(".decay_steps")],
+        end, leaves.get(field[:-len("decay_steps")] + end), field)
+
+
+def _check_min_lr(min_lr, leaves: Dict[str, Any]) -> None:
+  """Refuses a plateau's `min_lr` at or above every rate the schedule gives.
+
+  The factor never takes the rate below `min_lr`, so with one at or above
+  the schedule's highest rate (its initial rate, a constant rate, a
+  stepwise schedule's largest value) no reduction would ever change it.
+  """
+  rates = []
+  for field, value in leaves.items():
+    if not fnmatch.fnmatchcase(field, _SCHEDULE + "*"):
+      continue
+    name = field.rsplit(".", 1)[-1]
+    if name.endswith("learning_rate") and _config_types.number(value):
+      rates.append((value, field))
+    elif name == "values" and isinstance(value, list) and value:
+      rates.append((max(value), field))
+  if not rates:
+    return  # Not a TFM schedule here: the plateau says what it does.
+  peak, where = max(rates)
+  if min_lr >= peak:
+    raise UsageError(
+        f"trainer.reduce_lr_on_plateau.min_lr={_config_types.show(min_lr)} "
+        f"is at or above the learning rate ({where}={peak:g}): the plateau "
+        "could never lower it. Give a min_lr below it (0: no floor), or "
+        "trainer.reduce_lr_on_plateau.metric='' to turn the plateau off.")
 
 
 def _get(params, field: str):
@@ -696,10 +785,6 @@ def _built(build: Callable[[], Any]) -> Any:
     logging.info("Could not list the evaluation's metric names here.",
                  exc_info=True)
     return None
-
-
-def _names(metrics) -> List[str]:
-  return [metric.name for metric in metrics]
 
 
 def _check_gpus_present(num_gpus: int) -> None:

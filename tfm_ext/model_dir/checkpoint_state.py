@@ -32,9 +32,14 @@ every mode, since evaluators restore through a manager too:
 
 A skipped checkpoint is never deleted or moved, nor listed (so `max_to_keep`
 never deletes it); a run that reaches its step again saves over it. While
-the state file reads, only the checkpoints it lists count, as for
-TensorFlow: the files of a save killed before the file named it (or still
-being written beside an evaluator) are not looked at. An evaluator after
+the state file reads, only the checkpoints it lists count for an
+evaluator, as for TensorFlow: the files of a save still being written
+beside it are not looked at. A training start (`trains`) also looks at
+the `ckpt-<step>` files newer than the one the state file names (a state
+file rolled back by hand, or a save killed after its files took their
+names and before the file named them): the newest of them that reads
+whole is restored instead, said in a warning naming both, since training
+on from the older one would write over it. An evaluator after
 training also looks at the files (`tfm_ext.run.continuous_eval`), and records
 the skipped ones as unreadable.
 
@@ -132,7 +137,7 @@ Restore = Callable[[str], Set[str]]
 
 def repair(model_dir: str, *, write: bool = True,
            restore: Optional[Restore] = None,
-           read_tensors: bool = True) -> Optional[str]:
+           read_tensors: bool = True, trains: bool = False) -> Optional[str]:
   """Makes the state file name the newest readable checkpoint; returns it.
 
   Returns None when `model_dir` holds no checkpoint. Writes the state file
@@ -143,7 +148,9 @@ def repair(model_dir: str, *, write: bool = True,
   (the run's objects then hold the checkpoint returned) and reading back
   only the tensors the restore did not read; without, every tensor is
   read back. Without `read_tensors` only the cheap checks are made (an
-  export reads the checkpoint it exports itself).
+  export reads the checkpoint it exports itself). With `trains`, newer
+  checkpoint files than the state file names are candidates too (see the
+  module).
 
   Raises:
     UsageError: there are checkpoints and none of them can be read, or the
@@ -154,7 +161,7 @@ def repair(model_dir: str, *, write: bool = True,
   state_path = os.path.join(model_dir, STATE_FILE)
   for _ in range(_LOOKS):
     listed, damage = read_state(model_dir)
-    candidates = listed if listed is not None else checkpoint_files(model_dir)
+    candidates = _candidates(model_dir, listed, trains)
     chosen, skipped = _newest_readable(candidates, restore, read_tensors)
     # A trainer beside this evaluator may have saved and rotated away what
     # was listed while it was read: then look again.
@@ -173,13 +180,30 @@ def repair(model_dir: str, *, write: bool = True,
         f"{_named(skipped)}. Nothing was changed. Restore them from a copy, "
         f"or move them ({PREFIX}-*) and the state file {state_path} out of "
         "the directory to train from scratch.")
-  if listed is not None and not skipped:
+  if listed is not None and not skipped and chosen == listed[-1]:
     return chosen  # The usual case: the state file names a readable latest.
   kept = _rewrite_state(model_dir, candidates, chosen, skipped, listed,
                         damage, read_tensors)
   if write:
     write_state(model_dir, kept + [chosen])
   return chosen
+
+
+def _candidates(model_dir: str, listed: Optional[List[str]],
+                trains: bool) -> List[str]:
+  """The checkpoints a start may restore, oldest first: those the state
+  file lists (all there are without one), and for a training start those
+  newer than the one it names."""
+  if listed is None:
+    return checkpoint_files(model_dir)
+  if not trains:
+    return listed
+  named = step_of(listed[-1])
+  newer = [p for p in checkpoint_files(model_dir) + listed[:-1]
+           if step_of(p) > named]
+  if not newer:
+    return listed
+  return sorted(set(listed) | set(newer), key=step_of)
 
 
 def _rewrite_state(model_dir: str, candidates: List[str], chosen: str,
@@ -196,6 +220,12 @@ def _rewrite_state(model_dir: str, candidates: List[str], chosen: str,
     head = (f"The checkpoint state file {state_path} "
             f"{'was missing' if damage is None else f'is damaged ({damage})'}"
             f"; rebuilt it from the {PREFIX}-* files")
+  elif step_of(chosen) > step_of(listed[-1]):
+    named, newer = os.path.basename(listed[-1]), os.path.basename(chosen)
+    head = (f"The checkpoint state file {state_path} names {named}, older "
+            f"than {newer}, which reads whole: training on from {named} "
+            f"would write over {newer}. To go back to {named}, move the "
+            f"newer {PREFIX}-<step>.* files out of the model_dir. Rewrote it")
   else:
     head = f"Rewrote the checkpoint state file {state_path}"
   names = [os.path.basename(p) for p in kept + [chosen]]

@@ -41,6 +41,7 @@ from tfm_ext.run import preemption
 from tfm_ext.run import strategies
 from tfm_ext.training import determinism
 from tfm_ext.training import eval_count
+from tfm_ext.training import run_state
 from tfm_ext.training import summaries
 from tfm_ext.actions import guard as guard_lib
 from tfm_ext.actions import divergence
@@ -66,6 +67,9 @@ class Parts:
   # early stopping stopped: nothing is left to train (a relaunched finished
   # run).
   trained: bool = False
+  # A `trained` run whose checkpoint was saved before the evaluation at its
+  # step: that evaluation is left (`tfm_ext.training.run_state`).
+  catch_up: bool = False
   # `<phase>/<action>` -> how often it raised (`tfm_ext.actions.guard.Guard`).
   action_failures: Dict[str, int] = dataclasses.field(default_factory=dict)
   # What a continuous_eval counted of the checkpoints (`modes.ModeContext`).
@@ -77,10 +81,13 @@ class Parts:
 class FirstStepThenEvery:
   """`steps_per_loop` for Orbit: one step first, then back on the grid.
 
-  The first loop of a process runs a single step, so the console shows
-  progress (and the summary records time to first step) as soon as the step
-  function is traced; each later loop ends on a multiple of `steps_per_loop`,
-  so checkpoint and summary cadence stay those of the config.
+  The first loop of a fresh run (step 0) runs a single step, so the
+  console shows progress (and the summary records time to first step) as
+  soon as the step function is traced; each later loop ends on a multiple
+  of `steps_per_loop`, so checkpoint and summary cadence stay those of the
+  config. A resumed run's loops are on the grid from the first: its loops,
+  and so the training rows of `metrics.csv` (a loop's metrics are its
+  mean), are those of an uninterrupted run.
   """
 
   def __init__(self, steps_per_loop: int):
@@ -88,8 +95,8 @@ class FirstStepThenEvery:
     self._first = True
 
   def __call__(self, global_step: int) -> int:
-    if self._first:
-      self._first = False
+    first, self._first = self._first, False
+    if first and global_step == 0:
       return 1
     return self._steps_per_loop - global_step % self._steps_per_loop
 
@@ -145,7 +152,7 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
   task, trainer, stop, watching = _task_and_trainer(plan, watcher, supplied,
                                                     write_dir)
   latest, checkpoint = _restore_at_start(trainer, plan, chief)
-  plateau.resume(watching, model_dir, int(trainer.global_step.numpy()))
+  state = _restored_state(trainer, watching, model_dir)
   manager = _manager(plan, trainer, write_dir, chief, held,
                      restored=(latest, checkpoint))
   step = strategies.host_readable(trainer.global_step, strategy)
@@ -154,6 +161,10 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
       "train", params.trainer.validation_summary_subdir)]
   train_summaries, eval_summaries = _summary_managers(summary_dirs, step,
                                                       supplied)
+  if (state is not None and chief and eval_summaries is not None
+      and state.pending(int(step.numpy()))
+      and curves.logged_at(summary_dirs[1], int(step.numpy()))):
+    eval_summaries = _NotAgainAt(eval_summaries, step)
   progress = console.TrainProgress(
       global_step=step, total_steps=params.trainer.train_steps,
       global_batch_size=params.task.train_data.global_batch_size,
@@ -179,14 +190,37 @@ def _build(plan, watcher: preemption.SignalWatcher, supplied: Supplied,
         train_actions=train_actions, eval_actions=eval_actions)
   restored_step = int(step.numpy())
   checkpointing.count_interval_from(manager, restored_step)
+  trained, catch_up = _left_to_do(plan, restored_step, watching, state)
   return Parts(task=task, trainer=trainer, checkpoint_manager=manager,
                controller=controller, progress=progress,
                eval_progress=eval_progress, write_dir=write_dir, chief=chief,
                deterministic=deterministic, restored_step=restored_step,
-               trained=bool(mode.trains and restored_step and (
-                   restored_step >= params.trainer.train_steps
-                   or plateau.stopped_early(watching))),
+               trained=trained, catch_up=catch_up,
                action_failures=guard.failures, watching=watching)
+
+
+def _left_to_do(plan, restored_step: int, watching, state):
+  """`(trained, catch_up)` of `Parts` for the checkpoint restored: all of
+  it decided by the checkpoint's state, none by a record."""
+  stopped = bool(watching and plateau.stopped_early(watching)
+                 and not state.train_steps_raised)
+  trained = bool(plan.mode.trains and restored_step and (
+      restored_step >= plan.request.params.trainer.train_steps or stopped))
+  return trained, bool(trained and not stopped and state
+                       and state.pending(restored_step))
+
+
+def _restored_state(trainer, watching, model_dir: str):
+  """The run state the start restored (`run_state`), None for a mode that
+  does not train and evaluate; `plateau.json` checked against it."""
+  state = run_state.of(trainer)
+  if state is None:
+    return None
+  state.restored()
+  plateau.check_record(watching, model_dir, int(state.evaluated_step.numpy()))
+  if state.train_steps_raised:
+    plateau.train_on_from(watching, int(trainer.global_step.numpy()))
+  return state
 
 
 def _manager(plan, trainer, write_dir: str, chief: bool,
@@ -210,6 +244,25 @@ def _manager(plan, trainer, write_dir: str, chief: bool,
       # The controller's restore takes the start's: nothing is read again
       # (a non-chief's manager is in an empty temp dir besides).
       started_from=latest)
+
+
+class _NotAgainAt:
+  """An eval summary manager that writes nothing at the step it was built
+  at, whose scalars the event files hold already (`curves.logged_at`): the
+  evaluation a resumed run runs again there (`run_state`) is not drawn
+  twice. Any later step is written as by the manager it wraps."""
+
+  def __init__(self, manager, global_step):
+    self._manager = manager
+    self._global_step = global_step
+    self._logged = int(global_step.numpy())
+
+  def __getattr__(self, name):
+    return getattr(self._manager, name)
+
+  def write_summaries(self, summary_dict) -> None:
+    if int(self._global_step.numpy()) != self._logged:
+      self._manager.write_summaries(summary_dict)
 
 
 def _summary_managers(summary_dirs: List[str], step, supplied: Supplied):
@@ -245,7 +298,11 @@ def _task_and_trainer(plan, watcher: preemption.SignalWatcher,
   if mode.trains and mode.evaluates:
     with strategy.scope():
       watching = plateau.build(params.trainer, trainer, stop)
-    plateau.join_checkpoint(trainer, plateau.state(watching))
+      state = run_state.RunState(train_steps=params.trainer.train_steps,
+                                 global_step=trainer.global_step)
+    run_state.attach(trainer, state)
+    plateau.join_checkpoint(trainer, {**plateau.state(watching),
+                                      "run_state": state})
   # What Orbit runs of the trainer is the run's step or evaluate phase.
   for method, name in (("train", "step"), ("evaluate", "evaluate")):
     if hasattr(trainer, method):
@@ -302,6 +359,12 @@ def _actions(plan, trainer, manager, step, progresses, summary_managers,
   return guard, train_actions, eval_actions
 
 
+def _marks(trainer) -> List[actions.Action]:
+  """The run state's eval action (`run_state.RunState.mark`), if any."""
+  state = run_state.of(trainer)
+  return [state.mark] if state is not None else []
+
+
 def build_task(params, logging_dir: Optional[str] = None) -> base_task.Task:
   """The experiment's task, as TFM's `task_factory.get_task` builds it.
 
@@ -341,7 +404,8 @@ def _restore_at_start(trainer, plan, chief: bool):
            if checkpoint is not None and mode.restores_latest else None)
   with failures.phase("restore", model_dir):
     latest = checkpoint_state.repair(model_dir, write=chief, restore=start,
-                                     read_tensors=mode.restores_latest)
+                                     read_tensors=mode.restores_latest,
+                                     trains=mode.trains)
   if not mode.restores_latest:
     return None, checkpoint
   train_steps = plan.request.params.trainer.train_steps
@@ -427,7 +491,7 @@ def _eval_actions(context: actions.ActionContext, progress, summary_manager,
       strategy=_agreeing(context.strategy))] if trains else []
   return guard.all("eval", (
       tfm + actions.registered("eval", context, guard) + list(supplied)
-      + [progress] + list(watching)
+      + [progress] + list(watching) + _marks(context.trainer)
       + ([plateau.Recorder(watching, context.model_dir,
                            context.trainer.global_step)]
          if watching and context.chief else [])

@@ -17,6 +17,7 @@ from tfm_ext.model_dir import tfm_serving
 from tfm_ext.run import continuous_eval
 from tfm_ext.base import failures
 from tfm_ext.base import registry
+from tfm_ext.training import run_state
 
 Logs = Optional[Mapping[str, Any]]
 
@@ -72,12 +73,17 @@ def _train_and_eval(ctx: ModeContext) -> Logs:
 
   Orbit's `train_and_evaluate` counts the interval from the step it starts
   at, so a resumed run would evaluate at other steps than an uninterrupted
-  one; here evaluations stay on the same grid.
+  one; here evaluations stay on the same grid. A run resumed at a step of
+  the grid whose checkpoint was saved before that step's evaluation (they
+  all are, but for one a stop or a signal saved after it) runs that
+  evaluation first (`tfm_ext.training.run_state`).
   """
   trainer, controller = ctx.params.trainer, ctx.controller
   interval = trainer.validation_interval or trainer.train_steps
   output = None
   step = int(controller.global_step.numpy())
+  if evaluation_pending(ctx.params, step, controller.trainer):
+    output = controller.evaluate(steps=trainer.validation_steps)
   while step < trainer.train_steps:
     stop = min((step // interval + 1) * interval, trainer.train_steps)
     controller.train(steps=stop,
@@ -85,6 +91,24 @@ def _train_and_eval(ctx: ModeContext) -> Logs:
     output = controller.evaluate(steps=trainer.validation_steps)
     step = int(controller.global_step.numpy())
   return output
+
+
+def evaluates_at(trainer_config, step: int) -> bool:
+  """Whether a training mode's schedule evaluates at `step`: a multiple of
+  `validation_interval` (`_train_and_eval`), or `train_steps` and past it
+  (the evaluation after training, in every mode that evaluates)."""
+  interval = trainer_config.validation_interval
+  return step > 0 and (step >= trainer_config.train_steps
+                       or bool(interval) and step % interval == 0)
+
+
+def evaluation_pending(params, step: int, trainer) -> bool:
+  """Whether the run resumed at `step` must run the evaluation of `step`
+  first: the schedule evaluates there and the checkpoint's state does not
+  hold that evaluation (`run_state.RunState.pending`)."""
+  state = run_state.of(trainer)
+  return bool(state is not None and state.pending(step)
+              and evaluates_at(params.trainer, step))
 
 
 def _train_and_post_eval(ctx: ModeContext) -> Logs:

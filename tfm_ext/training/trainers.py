@@ -22,8 +22,9 @@ class EarlyStoppingConfig(hyperparams.Config):
   """`trainer.early_stopping`: ends training when an evaluation stalls.
 
   Attributes:
-    metric: the evaluation's log to watch (`accuracy`, `validation_loss`);
-      "" (the default) turns it off.
+    metric: the evaluation's log to watch (`accuracy`, `validation_loss`;
+      a nested log by its keys joined with `|`, `coco|AP`), checked whole
+      against what the evaluations log; "" (the default) turns it off.
     mode: "max" (higher is better) or "min"; "auto": "min" for a name with
       "loss" or "error" in it, else "max".
     patience: how many evaluations in a row may fail to improve on the best
@@ -43,8 +44,9 @@ class ReduceLROnPlateauConfig(hyperparams.Config):
   A factor on top of any TFM learning-rate schedule: after `patience`
   evaluations in a row without improving on the best by more than
   `min_delta`, the factor is multiplied by `factor`, while the schedule's
-  rate times the factor stays above `min_lr`. `metric`, `mode`: as
-  `EarlyStoppingConfig`'s; "" turns it off.
+  rate times the factor stays above `min_lr` (a `min_lr` at or above the
+  schedule's rate is refused: no reduction could act). `metric`, `mode`:
+  as `EarlyStoppingConfig`'s; "" turns it off.
   """
   metric: str = ""
   mode: str = "auto"
