@@ -463,3 +463,12 @@ def test_a_decay_that_ends_before_training_is_warned_of_naming_it(caplog):
                    "learning_rate.cosine.decay_steps=1000"):
     checks.check_values(build(override), trains=True, evaluates=True)
   assert not any("decay_steps" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("override", [
+    "trainer.reduce_lr_on_plateau.factor=2",
+    "trainer.early_stopping.patience=0",
+    "trainer.reduce_lr_on_plateau.min_delta=-1"])
+def test_a_plateau_value_is_refused_before_a_metric_turns_it_on(override):
+  with pytest.raises(UsageError, match=override.split("=")[0]):
+    checks.check_values(build(override), trains=True, evaluates=True)

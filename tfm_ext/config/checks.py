@@ -329,22 +329,23 @@ RULES = (
     *(Rule(field, _always, _dropout_rate,
            "a number from 0 to below 1: the fraction of units dropped")
       for field in DROPOUT_FIELDS),
-    # Early stopping and the plateau (`tfm_ext.actions.plateau`), where on.
+    # Early stopping and the plateau (`tfm_ext.actions.plateau`): a value
+    # is checked where it is given, before a metric turns them on.
     *(rule for section in PLATEAU_SECTIONS for rule in (
-        Rule(f"trainer.{section}.mode", _watches(section),
+        Rule(f"trainer.{section}.mode", _always,
              lambda v: v in ("auto", "min", "max"),
              "'min', 'max' or 'auto' (min for a loss or an error)"),
-        Rule(f"trainer.{section}.patience", _watches(section), _at_least(1),
+        Rule(f"trainer.{section}.patience", _always, _at_least(1),
              "a whole number of evaluations, 1 or more"),
-        Rule(f"trainer.{section}.min_delta", _watches(section),
+        Rule(f"trainer.{section}.min_delta", _always,
              _finite_at_least_0, "a number, 0 or more"))),
     Rule("trainer.reduce_lr_on_plateau.factor",
-         _watches("reduce_lr_on_plateau"),
+         _always,
          lambda v: _config_types.number(v) and 0 < v < 1,
          "a number above 0 and below 1: what the learning rate is multiplied "
          "by on a plateau"),
     Rule("trainer.reduce_lr_on_plateau.min_lr",
-         _watches("reduce_lr_on_plateau"), _finite_at_least_0,
+         _always, _finite_at_least_0,
          "a learning rate, 0 or more"),
 )
 
