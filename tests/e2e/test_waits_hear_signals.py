@@ -143,3 +143,31 @@ def test_an_evaluator_waiting_for_its_trainer_exits_42_on_a_signal(
        "--params_override=trainer.continuous_eval_timeout=600"])
   _when_said(proc, [out, err], "waiting up to 600s for a trainer's")
   _signalled(proc, sig, err, "evaluator, no params.yaml")
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_an_evaluator_waiting_for_a_checkpoint_exits_42_on_a_signal(
+    forked_in, launch_forked, tmp_path, sig):
+  # A trainer's params.yaml and no checkpoint yet: it waits in the run,
+  # polling every second (`continuous_eval`; the poll's sleep ends at the
+  # signal).
+  model_dir = tmp_path / "m"
+  model_dir.mkdir()
+  shown = launch_forked("--experiment=digits_convnet", "--print_config",
+                        model_dir=model_dir)
+  assert shown.returncode == 0, shown
+  (model_dir / "params.yaml").write_text(shown.stdout)
+  proc, _, err = _started(
+      forked_in, tmp_path,
+      [f"--model_dir={model_dir}", "--experiment=digits_convnet",
+       "--mode=continuous_eval",
+       "--params_override=trainer.continuous_eval_timeout=600"])
+  log = model_dir / "logs" / "tfm_ext.INFO"
+  deadline = time.monotonic() + 90
+  while not (log.exists() and "No checkpoint file found" in log.read_text()):
+    assert proc.poll() is None and time.monotonic() < deadline, (
+        err.read_text()[-3000:])
+    time.sleep(0.1)
+  time.sleep(3)  # Into its loop of listings.
+  _signalled(proc, sig, err, "evaluator, no checkpoint")
+  assert "stopped evaluating at step 0" in err.read_text()

@@ -74,6 +74,7 @@ import orbit
 import tensorflow as tf
 
 from tfm_ext.base import errors
+from tfm_ext.base import signalled
 from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import eval_claims
@@ -209,7 +210,8 @@ def _evaluate_each(controller, claims, ledger, done, model_dir, eval_steps,
         raise errors.no_checkpoint(model_dir, timeout)
       logging.warning("No new checkpoint for %.0f s; stopping.", waited)
       break
-    sleep(POLL_SECONDS)
+    # Idle: the real sleep ends at a signal (`should_stop` is then true).
+    (signalled.sleep if sleep is time.sleep else sleep)(POLL_SECONDS)
   return output
 
 
