@@ -88,6 +88,27 @@ def test_storage_faults_are_exit_4_once_running_and_2_at_the_start(error):
     assert _raised_in(phase, error).code == failures.EXIT_USAGE
 
 
+@pytest.mark.parametrize("error, path", [
+    # As str() gives a real one (the launcher's test has its filename).
+    (OSError(errno.EROFS, "Read-only file system: '/data/digits'"),
+     "/data/digits"),
+    (tf.errors.PermissionDeniedError(None, None,
+                                     "/data/cache/x.tmp; Permission denied"),
+     "/data/cache/x.tmp"),
+    (tf.errors.FailedPreconditionError(
+        None, None, "gs://b/data/x: Error executing an HTTP request"),
+     "gs://b/data/x"),
+])
+def test_storage_faults_while_building_are_setup_exit_2_naming_the_path(
+    error, path):
+  # Nothing trained yet: a read-only data folder is the setup's, not
+  # storage failing under a run (exit 4), and not the model_dir's.
+  failure = _raised_in("build", error)
+  assert failure.code == failures.EXIT_USAGE
+  assert failure.message.startswith(f"{path} cannot be used: "), failure
+  assert "/m/thing" not in failure.message
+
+
 @pytest.mark.parametrize("error", [
     tf.errors.InvalidArgumentError(None, None, "labels out of range"),
     tf.errors.DataLossError(None, None, "corrupted record at 12"),
@@ -374,6 +395,21 @@ def test_an_unusable_model_dir_is_exit_2_and_nothing_is_written(
   assert a_file.read_text() == "mine"
 
 
+def test_a_read_only_data_folder_at_the_start_is_exit_2_naming_it(
+    launch_forked, tmp_path, tmpfs):
+  # digits_convnet writes its records' cache into TFM_EXT_DATA_DIR at its
+  # first build: read-only there, the setup is refused, nothing written.
+  data = tmpfs(read_only=True)
+  model_dir = tmp_path / "m"
+  result = launch_forked("--experiment=digits_convnet", "--mode=train",
+                         f"--params_override={SMOKE}", model_dir=model_dir,
+                         env={"TFM_EXT_DATA_DIR": str(data)})
+  line = _clean(result, 2)
+  assert line.startswith(f"error: {data}/digits cannot be used: "), line
+  assert "Read-only file system" in line, line
+  assert not model_dir.exists()
+
+
 # -- Bad data: exit 3 naming the input, the last checkpoint intact ----------
 
 
@@ -444,6 +480,28 @@ def test_labels_past_num_classes_name_both_the_data_and_the_field(
   assert "outside [0, 5)" in line and "task.model.num_classes=5" in line
   assert "Fix the one that is wrong" in line
   assert result.summary()["exit_code"] == 3
+
+
+def test_tfm_classification_labels_past_num_classes_are_exit_3_not_zeros(
+    launch_forked, tmp_path, imagenet_dir):
+  # TFM's classification one-hot-encodes its labels: one past num_classes
+  # was an all-zero target, trained on to exit 0. The input checks them.
+  shrunk = os.path.join(os.path.dirname(os.path.dirname(__file__)), "e2e",
+                        "tfm_configs", "resnet_imagenet.yaml")
+  model_dir = str(tmp_path / "m")
+  result = launch_forked(
+      "--experiment=resnet_imagenet", f"--config_file={shrunk}",
+      "--mode=train_and_eval", "--params_override="
+      f"task.train_data.input_path={imagenet_dir}/train-*,"
+      f"task.validation_data.input_path={imagenet_dir}/validation-*,"
+      "runtime.distribution_strategy=one_device,runtime.num_gpus=0,"
+      "runtime.mixed_precision_dtype=float32,task.model.num_classes=3,"
+      "trainer.train_steps=2,trainer.steps_per_loop=1", model_dir=model_dir)
+  line = _clean(result, 3)
+  assert "outside [0, 3)" in line and "task.model.num_classes=3" in line, line
+  assert f"task.train_data.input_path='{imagenet_dir}/train-*'" in line, line
+  assert "No checkpoint had been saved yet" in line, line
+  assert tf.train.latest_checkpoint(model_dir) is None
 
 
 def test_bad_validation_data_after_a_checkpoint_names_it_intact(

@@ -15,7 +15,9 @@ import tensorflow as tf
 
 import registry_imports  # pylint: disable=unused-import
 from experiments import digits_convnet
+from tfm_ext.base import failures
 from tfm_ext.training import inputs
+from tfm_ext.training import labels
 
 GLOBAL = 64
 
@@ -112,3 +114,58 @@ def test_the_threaded_dataset_fn_passes_input_context_only_where_taken():
         input_context=context)
     assert list(dataset.as_numpy_iterator()) == rows
     assert _pool(dataset) == 2
+
+
+# -- Labels checked in the input ---------------------------------------------
+
+
+def _batches(labels, features=None):
+  labels = tf.constant(labels)
+  features = tf.zeros([labels.shape[0], 2]) if features is None else features
+  return tf.data.Dataset.from_tensor_slices((features, labels)).batch(2)
+
+
+def test_labels_inside_the_classes_pass_as_they_are():
+  dataset = _batches([0, 2, 1, 2, 0])
+  checked = labels.checked(dataset, 3)
+  assert checked is not dataset
+  assert [l.numpy().tolist() for _, l in checked] == [[0, 2], [1, 2], [0]]
+
+
+@pytest.mark.parametrize("bad, batch", [(3, 1), (-1, 2), (1000, 0)])
+def test_a_label_outside_the_classes_fails_the_batch_naming_it(bad, batch):
+  values = [0, 1, 2, 0, 1, 2]
+  values[2 * batch + 1] = bad
+  iterator = iter(labels.checked(_batches(values), 3))
+  for _ in range(batch):
+    next(iterator)
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    next(iterator)
+  # Classified as the data's or num_classes' (exit 3, naming both).
+  assert (f"[label value of] [{bad}] [which is outside the valid range of "
+          "[0,] [3]" in raised.value.message)
+  with failures.phase("step"):
+    failure = failures.classify(raised.value)
+  assert failure.code == 3 and f"a label is {bad}, outside [0, 3)" in (
+      failure.message)
+
+
+@pytest.mark.parametrize("dataset", [
+    # One-hot or multi-hot (TFM's multilabel, video), mixup's floats, a dict
+    # of labels (detection), features alone: no class index to check.
+    _batches([[0, 1], [1, 0]]), _batches([0.5, 2.5]),
+    _batches(tf.constant([1, 2], tf.uint8)),
+    tf.data.Dataset.from_tensors(({"x": 1}, {"boxes": [1]})),
+    tf.data.Dataset.from_tensors(tf.zeros([2]))])
+def test_labels_without_a_class_index_are_left_alone(dataset):
+  assert labels.checked(dataset, 3) is dataset
+
+
+def test_without_classes_the_input_is_left_alone():
+  dataset = _batches([7, 8])
+  assert labels.checked(dataset, None) is dataset
+
+
+def test_the_check_applies_where_the_task_has_num_classes(task):
+  assert labels.num_classes(task) == 10
+  assert labels.num_classes(object()) is None

@@ -14,7 +14,8 @@ what comes out into one paragraph and an exit code (`classify`):
 | ------------------------------------------------ | --------------- | ---- |
 | `UsageError` (a check refused the input)         | any             | 2    |
 | a storage fault: no space, quota, read-only, a   | config,         | 2    |
-|   permission, an unreachable bucket               |   model_dir     |      |
+|   permission, an unreachable bucket (at build:    |   model_dir,    |      |
+|   the path the error names, a data folder...)     |   build         |      |
 |   the same once the run has started              | later           | 4    |
 | out of memory (`ResourceExhaustedError`)         | any             | 4    |
 | a file of the model_dir of the wrong kind (a     | any but restore | 2    |
@@ -108,6 +109,10 @@ _FAILED_EAGER_OP = re.compile(r"\[Op:(\w+)")
 # A sparse loss's labels outside its classes: the data's or the config's.
 _LABEL_RANGE = re.compile(
     r"label value of (-?\d+) which is outside the valid range of \[0, (\d+)\)")
+# The same, as the input's own check says it (`tfm_ext.training.labels`).
+_CHECKED_LABEL = re.compile(
+    r"\[label value of\] \[(-?\d+)\] \[which is outside the valid range "
+    r"of \[0,\] \[(\d+)\]")
 _PHASE_ATTRIBUTE = "_tfm_ext_phase"
 _FAILURE_ATTRIBUTE = "_tfm_ext_failure"
 # What the phases do, as the paragraph says it.
@@ -349,7 +354,12 @@ def _storage_or_memory(error: BaseException, name: str,
   if storage_fault(error):
     where = subject or (_run.model_dir if name != "config" else "") or (
         "a config file or input")
-    if name in ("config", "model_dir"):
+    if name == "build":
+      # The start's setup, nothing trained yet: a read-only data folder
+      # (a task writing its records' cache), a model_dir's folder. The
+      # path is the error's, not the phase's model_dir.
+      where = _path_named(error) or where
+    if name in ("config", "model_dir", "build"):
       return Failure(EXIT_USAGE, (
           f"{where} cannot be used: {tf_reason(error)}. Check the path, its "
           "permissions and free space (for a bucket: its name, the "
@@ -429,7 +439,8 @@ def _op_failed(error: BaseException, name: str,
     return _does_not_fit(subject, error)
   if name not in ("build", "step", "evaluate"):
     return None
-  labels = _LABEL_RANGE.search(str(error))
+  labels = (_LABEL_RANGE.search(str(error))
+            or _CHECKED_LABEL.search(str(error)))
   if labels:
     value, bound = labels.groups()
     return Failure(EXIT_DATA, _sentences(
@@ -492,6 +503,20 @@ def _model_dir_file(error: BaseException) -> str:
          for p in str(pattern).split(",") if p):
     return ""  # An input that lives in the model_dir: the data's.
   return match.group(0)
+
+
+# A path in an error's message: absolute, or a store's URL.
+_PATH = re.compile(r"(?:^|[\s'\"])((?:/|[a-z][\w+.-]*://)[^\s;:'\"]+)")
+
+
+def _path_named(error: BaseException) -> str:
+  """The path `error` is about: an `OSError`'s file name, else the first
+  path of its message; "" if it names none."""
+  filename = getattr(error, "filename", None)
+  if filename:
+    return str(filename)
+  match = _PATH.search(_message(error))
+  return match.group(1) if match else ""
 
 
 def _batch_field(name: str) -> str:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import multi_worker_util  # pylint: disable=g-direct-tensorflow-import
 
 from tfm_ext.base import devices
+from tfm_ext.training import labels
 
 
 def host_input_supported(strategy: tf.distribute.Strategy) -> bool:
@@ -43,14 +44,18 @@ def threaded_dataset_fn(dataset_fn, threads: int, *args, **kwargs):
   """A dataset function for Orbit: `dataset_fn`'s, given `threads`.
 
   Orbit calls it with `input_context`, which reaches `dataset_fn` only if it
-  takes one (`takes_input_context`), as Orbit's own wrapper does.
+  takes one (`takes_input_context`), as Orbit's own wrapper does. Where
+  `dataset_fn` is a task's `build_inputs`, its labels are checked
+  (`labels.checked`).
   """
   takes_context = takes_input_context(dataset_fn)
+  classes = labels.num_classes(getattr(dataset_fn, "__self__", None))
 
   def fn(input_context=None):  # Orbit passes it by this name.
     fn_kwargs = (dict(kwargs, input_context=input_context) if takes_context
                  else kwargs)
-    return with_input_threads(dataset_fn(*args, **fn_kwargs), threads)
+    return labels.checked(
+        with_input_threads(dataset_fn(*args, **fn_kwargs), threads), classes)
 
   return fn
 
@@ -68,8 +73,9 @@ def host_pipeline(task, data_config, strategy: tf.distribute.Strategy,
     return None, None
   context = ({"input_context": host_input_context(strategy)}
              if takes_input_context(task.build_inputs) else {})
-  dataset = with_input_threads(task.build_inputs(data_config, **context),
-                               threads)
+  dataset = labels.checked(
+      with_input_threads(task.build_inputs(data_config, **context), threads),
+      labels.num_classes(task))
   iterator = iter(dataset)
   why_not = unsaveable_reason(iterator)
   if why_not:
@@ -189,7 +195,17 @@ def with_input_threads(dataset: tf.data.Dataset,
   return dataset.with_options(options)
 
 
+# What tfm_ext adds to a task's training pipeline, in the key of the
+# iterator's position (`fingerprint`): 2, the label check (`labels.checked`).
+# A checkpoint of another version resumes the input from its start: its
+# iterator's state would not restore into this pipeline.
+PIPELINE_VERSION = 2
+
+
 def fingerprint(value) -> str:
-  """A short, stable digest of a JSON-able value (a data config)."""
-  return hashlib.sha256(json.dumps(value, sort_keys=True, default=str)
+  """A short, stable digest of a JSON-able value (a data config) and of
+  `PIPELINE_VERSION` (version 1 digested the value alone)."""
+  keyed = value if PIPELINE_VERSION == 1 else {
+      "data": value, "tfm_ext_pipeline": PIPELINE_VERSION}
+  return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str)
                         .encode()).hexdigest()[:12]
