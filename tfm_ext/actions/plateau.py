@@ -182,7 +182,7 @@ class ReduceLROnPlateau:
                                  name="lr_factor")
     self._config = config
     self._global_step = global_step
-    # (step, factor) of each reduction in this model_dir (`resume`).
+    # (step, factor) of each reduction in this model_dir (`check_record`).
     self.reductions: List[Dict[str, Any]] = []
     self._scaled = []
     for inner in optimizers.named_optimizers(optimizer).values():
