@@ -460,6 +460,29 @@ def check(history: History, expected: Outcome) -> List[str]:
           + _check_evaluators(history))
 
 
+# The trainer's progress lines: a training loop's end, an evaluation's
+# result, the plateau's and early stopping's, the run's end.
+_LAST_LINE = re.compile(r"step \d+/|eval @ step|plateau @|stopped @|done \|")
+
+
+def between_save_and_evaluation(history: History) -> List[str]:
+  """The trainer's processes a fault ended between a checkpoint step's end
+  of loop and that step's evaluation (every step of a checkpoint here is
+  one of an evaluation): the window the known bug of issue 57 lives in,
+  counted to show a run reached it."""
+  hit = []
+  for life in history.lives:
+    if life.role == "trainer" and life.fault:
+      lines = [line for line in life.printed().splitlines()
+               if _LAST_LINE.match(line)]
+      # Not a start's line ("step 30/200 | first step after 9.0s").
+      last = (re.match(r"step (\d+)/(?!.*first step after)", lines[-1])
+              if lines else None)
+      if last and int(last[1]) > 0 and int(last[1]) % 10 == 0:
+        hit.append(f"{life.name} ({life.fault}) at step {last[1]}")
+  return hit
+
+
 def report(seed: int, faults: List[Fault], history: History,
            failures: List[str], noted: List[str] = ()) -> str:
   """The run in a paragraph: seed, faults, exits, and each failed check."""
@@ -472,6 +495,8 @@ def report(seed: int, faults: List[Fault], history: History,
       f"was done), {len(history.lives)} processes, exits "
       f"{dict(sorted(exits.items()))}, {history.seconds:.0f} s",
       "delivered: " + " ".join(str(f) for f in history.delivered()),
+      "ended between a save and its evaluation: "
+      + (", ".join(between_save_and_evaluation(history)) or "none"),
       *(f"note: {n}" for n in noted),
       f"{len(failures)} failed check(s)" + (":" if failures else "")]
   return "\n".join(lines + [f"- {f}" for f in failures])
