@@ -37,7 +37,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -165,11 +165,12 @@ def check_records(model_dir: str, params=None, mode: str = "") -> None:
   yet holds nothing of the wrong kind.
   """
   wrong = []
+  listings = {}  # One listing a folder: a request each on a bucket.
   for record in RECORDS:
     name = _resolved(record.name, params, mode)
     if name is None:
       continue
-    for path, kind in _present(model_dir, name):
+    for path, kind in _present(model_dir, name, listings):
       if kind != record.kind:
         wrong.append(f"{path} is {kind}, where the run writes {record.kind} "
                      f"({record.what})")
@@ -198,14 +199,18 @@ def _resolved(name: str, params, mode: str) -> Optional[str]:
   return None if "" in resolved.split("/") else resolved
 
 
-def _present(model_dir: str, name: str) -> List[Tuple[str, str]]:
-  """`(path, kind)` of what matches `name` (its last part a glob) there."""
+def _present(model_dir: str, name: str,
+             listings: Dict[str, List[str]]) -> List[Tuple[str, str]]:
+  """`(path, kind)` of what matches `name` (its last part a glob) there;
+  `listings` keeps each folder's listing for the next row."""
   folder, _, pattern = name.rpartition("/")
   parent = os.path.join(model_dir, folder) if folder else model_dir
-  try:
-    entries = tf.io.gfile.listdir(parent)
-  except tf.errors.OpError:
-    return []  # Not there, or not a folder: the row of its folder says so.
+  if parent not in listings:
+    try:
+      listings[parent] = tf.io.gfile.listdir(parent)
+    except tf.errors.OpError:
+      listings[parent] = []  # Not there, or not a folder: its row says so.
+  entries = listings[parent]
   found = []
   for entry in entries:
     if _TEMPORARY.search(entry):
