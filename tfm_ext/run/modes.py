@@ -74,9 +74,10 @@ def _train_and_eval(ctx: ModeContext) -> Logs:
   Orbit's `train_and_evaluate` counts the interval from the step it starts
   at, so a resumed run would evaluate at other steps than an uninterrupted
   one; here evaluations stay on the same grid. A run resumed at a step of
-  the grid whose checkpoint was saved before that step's evaluation (they
-  all are, but for one a stop or a signal saved after it) runs that
-  evaluation first (`tfm_ext.training.run_state`).
+  the grid whose checkpoint was saved before that step's evaluation (as
+  each is, unless a stop or a signal in that evaluation saved it) runs
+  that evaluation first (`tfm_ext.training.run_state`): Orbit's would
+  never run it.
   """
   trainer, controller = ctx.params.trainer, ctx.controller
   interval = trainer.validation_interval or trainer.train_steps
