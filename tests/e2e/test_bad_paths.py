@@ -156,6 +156,8 @@ WRONG_KINDS = [  # What a careless hand leaves, and the mode that meets it.
     ("best_ckpt/best_checkpoints.json", "dir", "train_and_eval", "a file"),
     ("run_summary.json", "dir", "train", "a file"),
     ("eval_ledger", "file", "continuous_eval", "a directory"),
+    ("training_starts/0-1.json", "dir", "train", "a file"),
+    ("eval_ledger/ckpt-10.json", "dir", "continuous_eval", "a file"),
 ]
 
 

@@ -99,14 +99,21 @@ RECORDS = (
     Record("eval_summary.json", FILE, "the evaluation's summary"),
     Record("export_summary.json", FILE, "the export's summary"),
     Record("training_starts", DIRECTORY, "the record of training starts"),
+    Record("training_starts/*.json", FILE, "a training start's record"),
     Record("training_complete.json", FILE, "the end-of-training marker"),
     Record("trainer_lease.json", FILE, "the trainer lease"),
     Record("trainer_lease_claims", DIRECTORY, "claims of the trainer lease"),
+    Record("trainer_lease_claims/*.json", FILE, "a claim of the lease"),
     Record("eval_ledger", DIRECTORY, "the evaluators' ledger"),
+    Record("eval_ledger/*.json", FILE, "an entry of the ledger"),
     Record("eval_claims", DIRECTORY, "the evaluators' claims"),
+    Record("eval_claims/*.json", FILE, "an evaluator's claim"),
     Record("eval_claim_bids", DIRECTORY, "the evaluators' bids"),
+    Record("eval_claim_bids/*.json", FILE, "an evaluator's bid"),
     Record("evaluators", DIRECTORY, "the evaluators' presences"),
+    Record("evaluators/*.json", FILE, "an evaluator's presence"),
     Record("logs", DIRECTORY, "the jobs' log files"),
+    Record("logs/tfm_ext*", FILE, "a job's log"),
     Record("export", DIRECTORY, "the exported SavedModels"),
     Record("export/[0-9]*", DIRECTORY, "an exported SavedModel"),
     Record("{trainer.best_checkpoint_export_subdir}", DIRECTORY,
@@ -222,12 +229,17 @@ def _present(model_dir: str, name: str,
 
 
 def _kind(path: str, entry: str) -> str:
-  """FILE or DIRECTORY: a store lists a folder as `name/`, a disk is asked."""
+  """FILE or DIRECTORY, from the listing where it says: a bucket lists a
+  folder as `name/` (TensorFlow's GCS client, measured in tests/gcs_box.py)
+  and an object without the `/`, so that a folder of many records costs
+  no request more; a disk is asked, and any other store."""
   if entry.endswith("/"):
     return DIRECTORY
   local = files.local_path(path)
   if local is not None:
     return DIRECTORY if os.path.isdir(local) else FILE
+  if path.partition("://")[0] in BUCKETS:
+    return FILE
   return DIRECTORY if tf.io.gfile.isdir(path) else FILE
 
 
