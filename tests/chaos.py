@@ -17,6 +17,7 @@ came out with the same trainer never interrupted (`reference`):
 - every checkpoint evaluated once by the evaluators: one ledger record
   each, "evaluated", by an evaluator that printed it; a second print only
   from one SIGKILLed before it could record; no record seen rewritten;
+  its values the uninterrupted trainer's at that step;
 - no exit but 0, 42 and SIGKILL's; a SIGTERM or SIGINT heeded within
   `SIGNAL_GRACE_SECONDS`; no `Traceback` in any process's output.
 
@@ -390,13 +391,17 @@ def _check_outcome(history: History, expected: Outcome) -> List[str]:
   return failures
 
 
-def _check_evaluators(history: History) -> List[str]:
-  """Every checkpoint of the run evaluated once by the evaluators.
+def _check_evaluators(history: History, expected: Outcome) -> List[str]:
+  """Every checkpoint of the run evaluated once by the evaluators, right.
 
   As the module docstring says; the run's own checkpoints, which
-  `_check_outcome` compares with the uninterrupted run's.
+  `_check_outcome` compares with the uninterrupted run's. Each recorded
+  evaluation of a checkpoint the uninterrupted run saved has the values
+  that run's trainer logged at that step (as float32): the evaluator
+  restored the checkpoint it names.
   """
   from tfm_ext.model_dir import eval_ledger  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   checkpoints = conftest.checkpoint_steps(history.model_dir)
   entries = {e["global_step"]: e
              for e in eval_ledger.read_ledger(history.model_dir)}
@@ -410,18 +415,34 @@ def _check_evaluators(history: History) -> List[str]:
     if len(seen) > 1:
       failures.append(f"{name}'s ledger record was written {len(seen)} "
                       f"times: {sorted(seen, key=str)}")
+  for step, entry in sorted(entries.items()):
+    logged = expected.curves.get(step, {})
+    wrong = {k: v for k, v in entry["metrics"].items()
+             if (k if k.startswith("validation_") else f"validation_{k}")
+             in logged and np.float32(v) != np.float32(
+                 logged[k if k.startswith("validation_")
+                        else f"validation_{k}"])}
+    if wrong:
+      failures.append(f"ckpt-{step} evaluated by {entry['evaluator']} as "
+                      f"{wrong}; the uninterrupted run logged {logged}")
+  return failures + _check_once(history, entries)
+
+
+def _check_once(history: History, entries) -> List[str]:
+  """Each ledger record's evaluator printed its evaluation; no other did,
+  but one SIGKILLed between its print and its record (the manual's one
+  exception to exactly once)."""
   by_pid = {life.proc.pid: life for life in history.lives}
   printed = {life.name: [int(s) for s, _ in _EVAL_LINE.findall(
       life.printed())] for life in history.lives if life.role != "trainer"}
+  failures = []
   for step, entry in sorted(entries.items()):
-    recorder = by_pid.get(int(str(entry.get("evaluator")).split(":")[1])
-                          if ":" in str(entry.get("evaluator")) else -1)
+    owner = str(entry.get("evaluator"))
+    recorder = by_pid.get(int(owner.split(":")[1]) if ":" in owner else -1)
     if recorder is None or step not in printed.get(recorder.name, []):
-      failures.append(f"ckpt-{step} recorded by {entry.get('evaluator')}, "
-                      "no evaluator of this run that printed it")
+      failures.append(f"ckpt-{step} recorded by {owner}, no evaluator of "
+                      "this run that printed it")
       continue
-    # Evaluated again elsewhere: only by one killed between its print and
-    # its record (the docs' one exception to exactly once).
     again = [life.name for life in history.lives
              if life.role != "trainer" and life is not recorder
              and step in printed[life.name]
@@ -457,7 +478,7 @@ def check(history: History, expected: Outcome) -> List[str]:
   if history.gave_up:
     return failures
   return (failures + _check_outcome(history, expected)
-          + _check_evaluators(history))
+          + _check_evaluators(history, expected))
 
 
 # The trainer's progress lines: a training loop's end, an evaluation's

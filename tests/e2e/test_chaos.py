@@ -4,7 +4,8 @@ The harness, its checks and the long run (a hundred faults) are in
 tests/chaos.py. The seed is random and printed (in the failure message
 too); `TFM_EXT_CHAOS_SEED=N` replays a schedule. Its timing is not
 replayed: a fault lands at the same moment of a process's life, which a
-loaded machine fills differently.
+loaded machine fills differently. About 70-100 s on 2 shared cores: 15
+processes start TensorFlow, and the uninterrupted reference runs first.
 """
 
 import os
