@@ -318,13 +318,20 @@ def _garble(prefix):
   data.write_bytes(content[:middle] + bytes(64) + content[middle + 64:])
 
 
+def _cut_short(prefix):
+  """The checkpoint's data cut in half (TensorFlow's reader: IndexError)."""
+  (data,) = prefix.parent.glob(prefix.name + ".data-*")
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage", [_garble, _cut_short])
 def test_a_damaged_checkpoint_chosen_is_exit_2_naming_it_and_nothing_exported(
-    trained, model_dir, launch_forked):
+    trained, model_dir, launch_forked, damage):
   # The best, damaged, is skipped (tests/e2e/test_bad_paths.py); chosen, it
   # is refused.
   _, _, best = trained
   best_path = model_dir / "best_ckpt" / best["path"]
-  _garble(best_path)
+  damage(best_path)
 
   run = launch_forked("--experiment=digits_convnet", "--mode=export",
                       f"--checkpoint_path={best_path}", model_dir=model_dir)
