@@ -115,3 +115,24 @@ def test_a_multi_worker_task_whose_peer_never_starts_says_so_and_ends(
       tmp_path, "multi_worker_mirrored", {"worker": workers},
       f"worker {', '.join(workers)}", signal.SIGTERM)
   assert code == 42 and took < 5
+
+
+def test_a_sigterm_handler_tensorflow_installs_in_the_block_is_taken_back(
+    tmp_path):
+  # TensorFlow's coordination service installs a SIGTERM handler of its own
+  # (in C) while a multi-worker strategy connects; after the block the
+  # start-up's handler is back, so a SIGTERM before the run's is heard.
+  proc, err = _started(["-c", (
+      "import ctypes, os, signal, time\n"
+      "from tfm_ext.base import startup\n"
+      "from tfm_ext.run import waits\n"
+      "startup.install_signals()\n"
+      "libc = ctypes.CDLL(None)\n"
+      "with waits.announced(\"the test's peer\"):\n"
+      "  libc.signal(signal.SIGTERM, ctypes.c_void_p(1))  # SIG_IGN, in C.\n"
+      "os.kill(os.getpid(), signal.SIGTERM)\n"
+      "time.sleep(5)\n"
+      "print('SIGTERM lost')\n")], tmp_path)
+  code = proc.wait(timeout=60)
+  assert code == 42, err.read_text()
+  assert "preempted: SIGTERM received during start-up" in err.read_text()
