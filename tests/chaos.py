@@ -56,8 +56,9 @@ SIGNAL_GRACE_SECONDS = 30
 # Every checkpoint is an evaluation step (a kill between a save and its
 # evaluation is possible at each); a checkpoint every 10 steps, all kept
 # (no evaluator misses one to retention while both are down); one batch
-# an evaluation. Early stopping ends the run at step 90 and the plateau
-# halves the rate once on the way (see `reference`).
+# an evaluation. The plateau cuts the rate at several evaluations and
+# early stopping ends the run well before train_steps (at step 80 of 200
+# when this was written): both act, and on the steps a kill may skip.
 OVERRIDES = (
     "trainer.train_steps=200,trainer.steps_per_loop=10,"
     "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
@@ -183,7 +184,7 @@ class _Role:
 
 
 def _watch_ledger(model_dir, versions):
-  """Adds each ledger record's (evaluator, time) to `versions`."""
+  """Adds each ledger record's (evaluator, time, status) to `versions`."""
   directory = os.path.join(model_dir, "eval_ledger")
   try:
     names = os.listdir(directory)
