@@ -445,26 +445,6 @@ def test_a_decay_that_ends_before_training_is_warned_of_naming_it(caplog):
   assert not any("decay_steps" in r.getMessage() for r in caplog.records)
 
 
-def test_a_decay_that_ends_before_training_is_warned_of_naming_it(caplog):
-  # digits_convnet's cosine decays over 500 steps, its default train_steps.
-  checks.check_values(build("trainer.train_steps=1000"), trains=True,
-                      evaluates=True)
-  said = [r.getMessage() for r in caplog.records if "decay_steps" in
-          r.getMessage()]
-  assert said == [
-      "trainer.optimizer_config.learning_rate.cosine.decay_steps=500 ends "
-      "before trainer.train_steps=1000: from step 500 on, the learning rate "
-      "stays at the schedule's end (trainer.optimizer_config.learning_rate."
-      "cosine.alpha=0.0). Set trainer.optimizer_config.learning_rate.cosine."
-      "decay_steps to trainer.train_steps if the decay should span the "
-      "run."], said
-  caplog.clear()
-  for override in ("", "trainer.train_steps=1000,trainer.optimizer_config."
-                   "learning_rate.cosine.decay_steps=1000"):
-    checks.check_values(build(override), trains=True, evaluates=True)
-  assert not any("decay_steps" in r.getMessage() for r in caplog.records)
-
-
 @pytest.mark.parametrize("override", [
     "trainer.reduce_lr_on_plateau.factor=2",
     "trainer.early_stopping.patience=0",

@@ -370,7 +370,6 @@ def check_values(params: config_definitions.ExperimentConfig, *,
   if trains:
     _check_stepwise(leaves)
     _warn_of_schedule_end(leaves, params.trainer.train_steps)
-    _warn_of_schedule_end(leaves, params.trainer.train_steps)
   if _watches("reduce_lr_on_plateau")(use):
     _check_min_lr(params.trainer.reduce_lr_on_plateau.min_lr, leaves)
   if evaluates and params.runtime.distribution_strategy == "parameter_server":
@@ -671,32 +670,6 @@ def _check_stepwise(leaves: Dict[str, Any]) -> None:
           f"{field[:-len('.boundaries')]} has {len(boundaries)} boundaries "
           f"and {len(values)} values: give one value more than boundaries "
           "(the learning rate before the first boundary, then after each).")
-
-
-def _warn_of_schedule_end(leaves: Dict[str, Any], train_steps: int) -> None:
-  """Warns of a decay that ends before training does, naming its field.
-
-  A cosine or polynomial schedule holds its end value (0 by default) from
-  `decay_steps` on: raising `train_steps` past it alone trains the rest at
-  that rate, which is rarely what was meant.
-  """
-  for kind, end in (("cosine", "alpha"),
-                    ("polynomial", "end_learning_rate")):
-    field = f"trainer.optimizer_config.learning_rate.{kind}.decay_steps"
-    chosen = leaves.get("trainer.optimizer_config.learning_rate.type")
-    decay_steps = leaves.get(field)
-    if chosen != kind or not isinstance(decay_steps, int) or not (
-        0 < decay_steps < train_steps):
-      continue
-    if kind == "polynomial" and leaves.get(field[:-len("decay_steps")]
-                                           + "cycle"):
-      continue
-    logging.warning(
-        "%s=%d ends before trainer.train_steps=%d: from step %d on, the "
-        "learning rate stays at the schedule's end (%s.%s=%s). Set %s to "
-        "trainer.train_steps if the decay should span the run.", field,
-        decay_steps, train_steps, decay_steps, field[:-len(".decay_steps")],
-        end, leaves.get(field[:-len("decay_steps")] + end), field)
 
 
 def _warn_of_schedule_end(leaves: Dict[str, Any], train_steps: int) -> None:
