@@ -106,14 +106,3 @@ def test_the_registry_an_unknown_name_suggests_was_imported_and_registers_it():
       "Unknown experiment 'bert/sentence_predction'. Did you mean "
       "'bert/sentence_prediction'?")
 
-
-def test_nlps_continuous_train_and_eval_is_refused_saying_what_to_run(
-    launch_forked, tmp_path):
-  from conftest import assert_clean_usage_error  # pylint: disable=g-import-not-at-top
-  run = launch_forked("--experiment=bert/sentence_prediction",
-                      "--registry=official.common.registry_imports",
-                      "--mode=continuous_train_and_eval",
-                      model_dir=str(tmp_path / "run"))
-  assert_clean_usage_error(run, "TFM NLP's continuous fine-tuning",
-                           "official/nlp/train.py",
-                           "--mode=train_and_eval with")

@@ -30,12 +30,15 @@ def test_unknown_trainer_lists_trainers(launch_forked, tmp_path):
                            "Did you mean 'custom'?", "'tfm_base'")
 
 
-def test_unknown_mode_lists_modes(launch_forked, tmp_path):
-  # TFM's flag enum accepts this one and train_lib then cannot run it.
+def test_nlps_continuous_train_and_eval_is_refused_saying_what_to_run(
+    launch_forked, tmp_path):
+  # TFM's flag enum accepts this one and train_lib then cannot run it: it
+  # is the NLP driver's continuous fine-tuning.
   run = launch_forked(EXP, "--mode=continuous_train_and_eval",
                       model_dir=tmp_path / "m")
-  assert_clean_usage_error(run, "Unknown mode 'continuous_train_and_eval'",
-                           "'train_and_eval'", "'continuous_eval'")
+  assert_clean_usage_error(run, "TFM NLP's continuous fine-tuning",
+                           "official/nlp/train.py",
+                           "--mode=train_and_eval with")
 
 
 def test_malformed_yaml_config_file_is_named(launch_forked, tmp_path):

@@ -413,3 +413,24 @@ def test_a_signal_while_the_main_thread_holds_a_log_lock_deadlocks_nothing(
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout == "stopping\n"
   assert "SIGUSR1 received" in done.stderr
+
+
+def test_a_signal_in_the_restart_backoff_ends_the_job_at_once(start_forked,
+                                                              tmp_path):
+  # The backoff before an in-process restart is a wait like any other.
+  run = start_forked("--experiment=digits_convnet", "--mode=train",
+                     "--trainer=flaky", "--restart_backoff_seconds=120",
+                     "--params_override=trainer.train_steps=60,"
+                     "trainer.steps_per_loop=10,"
+                     "trainer.checkpoint_interval=10",
+                     model_dir=tmp_path / "m", script=DOUBLES_TRAIN,
+                     env={"FLAKY_AT_STEP": "30"})
+  run.wait_for_line(lambda line: line.startswith("restart 1/3 after"))
+  sent = time.monotonic()
+  run.proc.send_signal(signal.SIGTERM)
+  ended = run.finish(timeout=60)
+  waited = time.monotonic() - sent
+  assert ended.returncode == 42, ended
+  assert waited < 5, waited
+  assert "preempted: SIGTERM" in ended.stderr + ended.stdout, ended
+  assert "Traceback" not in ended.stderr, ended

@@ -69,6 +69,7 @@ from tfm_ext.config import checks
 from tfm_ext.config import config_drift
 from tfm_ext.config import experiments
 from tfm_ext.base import settings
+from tfm_ext.base import signalled
 from tfm_ext.base import startup
 from tfm_ext.training import input_files
 from tfm_ext.config import params as params_lib
@@ -402,7 +403,7 @@ def _finish(request: RunRequest, mode: modes.Mode,
 def _with_recovery(plan: Plan,
                    watcher: preemption.SignalWatcher,
                    notifier: Optional[notify.Notifier],
-                   sleep=time.sleep) -> RunSummary:
+                   sleep=signalled.sleep) -> RunSummary:
   """`execute`s `plan`, rebuilding and resuming after transient errors.
 
   Restarts at most `max_restarts` times, waiting
@@ -433,7 +434,8 @@ def _with_recovery(plan: Plan,
       logging.warning(message)
       print(message, flush=True)
       tf_keras.backend.clear_session()
-      sleep(delay)
+      sleep(delay)  # Ends early at a signal, which ends the job here.
+      watcher.check_start()
       continue
     summary.restarts = restarts
     return summary
