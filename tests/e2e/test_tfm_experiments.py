@@ -362,10 +362,12 @@ def scalars(model_dir: str, subdir: str) -> Dict[Tuple[str, int], float]:
 
 
 def checkpoint_at(model_dir: str, step: int) -> Dict[str, np.ndarray]:
-  """ckpt-`step`'s weights and optimizer slots: not its input iterator."""
+  """ckpt-`step`'s weights and optimizer slots: not its input iterator, nor
+  the run's own state that ours keeps beside them (`run_state`: the last
+  evaluation the checkpoint holds)."""
   tensors = numeric_tensors(os.path.join(model_dir, f"ckpt-{step}"))
   return {k: v for k, v in tensors.items()
-          if not k.startswith(("train_input", "save_counter"))}
+          if not k.startswith(("train_input", "save_counter", "run_state"))}
 
 
 def _ours_on_a_copy(ours, runs: Trained, mode: str, tmp_path, steps=STEPS,

@@ -1,9 +1,10 @@
 """`runtime.seed` alone makes a run repeatable where it costs nothing.
 
-Without `runtime.deterministic`, the seed still fixes the initial weights
+Without `runtime.deterministic`, a seed still fixes the initial weights
 and the data's order (`tfm_ext.training.determinism`): two runs of one
 command end near each other, within what kernels that sum in a varying
-order can move them, and another seed ends elsewhere.
+order can move them, and another seed ends elsewhere. The default, 0,
+seeds nothing, as stock TFM.
 """
 
 import numpy as np
@@ -40,9 +41,9 @@ def test_a_seed_alone_repeats_the_weights_another_seed_moves_them(
   assert _largest_difference(first, other) > 1e-2
 
 
-def test_two_runs_of_the_default_command_start_from_the_same_weights(
-    launch_forked, tmp_path):
-  # The default seed, 0, is a seed: the README's command repeats too.
+
+def test_the_default_seeds_nothing_as_stock_tfm(launch_forked, tmp_path):
+  # A global seed would change what TFM's own seeded ops draw.
   first = _weights(launch_forked, tmp_path / "a", None)
   again = _weights(launch_forked, tmp_path / "b", None)
-  assert _largest_difference(first, again) < 1e-4
+  assert _largest_difference(first, again) > 1e-2

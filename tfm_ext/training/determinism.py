@@ -1,16 +1,20 @@
-"""Seeds always, deterministic mode on request: set once, here.
+"""Seeds on request, deterministic mode on request: set once, here.
 
-`runtime.seed` (0 unless given) seeds Python, NumPy and TensorFlow in every
-run, which costs nothing: the same command on the same machine builds the
-same initial weights and reads the data in the same order, and another
-seed gives another draw. What it does not give is the same weights after
+`runtime.seed=N` (any N but 0) seeds Python, NumPy and TensorFlow, which
+costs nothing: the same command on the same machine builds the same
+initial weights and reads the data in the same order, and another seed
+gives another draw. What it does not give is the same weights after
 training: some CPU and GPU kernels sum in an order that varies from run to
-run, and Keras's dropout draws from a stream a resume restarts.
+run, and Keras's dropout draws from a stream a resume restarts. The
+default, 0, seeds nothing, as stock TFM seeds nothing: a TensorFlow global
+seed also changes what every op given its own seed draws (TFM's data
+configs' `seed`), so seeding by default would part TFM's experiments from
+stock's runs.
 
-`runtime.deterministic=true` adds what makes the weights bitwise the same,
-for a run twice and for a run killed and resumed against one never
-interrupted (with the input iterator in the checkpoint,
-`trainer.checkpoint_input_iterator`), at some cost in speed:
+`runtime.deterministic=true` seeds (0 included) and adds what makes the
+weights bitwise the same, for a run twice and for a run killed and
+resumed against one never interrupted (with the input iterator in the
+checkpoint, `trainer.checkpoint_input_iterator`), at some cost in speed:
   * TensorFlow op determinism (deterministic kernels, tf.data in order);
   * Keras random layers (dropout...) on `tf.random.Generator`, whose state
     is a variable of the layer and so travels in the checkpoint, where the
@@ -28,11 +32,13 @@ import tf_keras
 
 
 def apply(runtime) -> bool:
-  """Seeds from `runtime.seed`; sets deterministic mode if
-  `runtime.deterministic`; returns whether it is set."""
+  """Seeds from `runtime.seed` if given or deterministic; sets deterministic
+  mode if `runtime.deterministic`; returns whether it is set."""
   seed = int(getattr(runtime, "seed", 0) or 0)
-  tf_keras.utils.set_random_seed(seed)
-  if not getattr(runtime, "deterministic", False):
+  deterministic = bool(getattr(runtime, "deterministic", False))
+  if seed or deterministic:
+    tf_keras.utils.set_random_seed(seed)
+  if not deterministic:
     return False
   tf.config.experimental.enable_op_determinism()
   tf_keras.backend.experimental.enable_tf_random_generator()
