@@ -527,6 +527,7 @@ def render(directory: str) -> str:
   if with_sessions:
     lines += _details(with_sessions[-1])
   lines += _gpu()
+  lines += _label_check(os.path.join(directory, "label_check"))
   return "\n".join(lines) + "\n"
 
 
@@ -607,6 +608,45 @@ def _first_step(runs: Sequence[Dict[str, Any]]) -> List[str]:
                  f"{_fmt(_common.spread(loads), 1, '')}; {m['cpu']}, "
                  f"{m['cores']} cores, {m['date']}.")
   return lines
+
+
+def _label_check(directory: str) -> List[str]:
+  """The label check's cost, from the newest `label_check.py` record."""
+  lines = ["", '## <a id="label-check"></a>The label check in the input '
+           "(`label_check.py`)", ""]
+  paths = sorted(glob.glob(os.path.join(directory, "*.json")))
+  if not paths:
+    return lines + ["Not measured yet."]
+  with open(paths[-1]) as f:
+    run = json.load(f)
+  m = run["machine"]
+  lines += [
+      f"From `results/label_check/{os.path.basename(paths[-1])}` "
+      f"({m['commit']}{'+' if m.get('uncommitted_changes') else ''}; "
+      f"{m['cpu']}, {m['cores']} cores, {run.get('busy_cores', 0)} held "
+      "busy): `tfm_ext.training.labels.checked` on each batch of the task's "
+      "own training input, against the same input unchecked, in rounds "
+      "interleaved (order rotated). Each cell: **median** (interquartile "
+      "range; min-max; rounds). CPU is the process's, every thread. What "
+      "decides is the check alone (the same batches held in memory, drained "
+      "with and without it) as a share of the plain step's CPU: the paired "
+      "steps cannot tell 1% on a shared machine.", ""]
+  names = {"digits_convnet": "`digits_convnet` (its config)",
+           "resnet_imagenet": "`resnet_imagenet` (ResNet-50, 224x224, "
+                              "batch 2)"}
+  rows = [[names.get(name, f"`{name}`"),
+           _fmt(w["cpu_ms_per_step"]["plain"], 2),
+           _fmt(w["cpu_ms_per_step"]["checked"], 2),
+           _fmt(w["check_share_of_cpu_percent"], 2),
+           _fmt(w["stage_cpu_us_per_batch"], 1),
+           _fmt(w["stage_share_of_step_percent"], 2)]
+          for name, w in run.items() if isinstance(w, dict)
+          and "cpu_ms_per_step" in w]
+  return lines + _table(
+      ["workload", "plain step, CPU ms", "checked step, CPU ms",
+       "paired steps: checked/plain - 1, %",
+       "the check alone: CPU us a batch",
+       "the check alone: % of the plain step's CPU"], rows)
 
 
 def _precision(runs: Sequence[Dict[str, Any]]) -> List[str]:
