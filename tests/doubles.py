@@ -241,3 +241,28 @@ def _preset_convnet(config):
   preset's sizes are written into the config it was given."""
   config.override({"filters": [8], "dense_units": 16}, is_strict=True)
   return tfm_ext.build_model("digits_convnet", config)
+
+
+@tfm_ext.register_model("lazy_sequential")
+def _lazy_sequential(config):
+  """A Sequential without an `InputLayer`: it declares no inputs."""
+  return tf_keras.Sequential([
+      tf_keras.layers.Flatten(),
+      tf_keras.layers.Dense(config.dense_units, activation="relu"),
+      tf_keras.layers.Dense(config.num_classes)], name="lazy")
+
+
+class _Subclassed(tf_keras.Model):
+  """A subclassed model: no inputs either, and a call of its own."""
+
+  def __init__(self, config):
+    super().__init__(name="subclassed")
+    self.flat = tf_keras.layers.Flatten()
+    self.hidden = tf_keras.layers.Dense(config.dense_units, activation="relu")
+    self.out = tf_keras.layers.Dense(config.num_classes)
+
+  def call(self, inputs, training=False):
+    return self.out(self.hidden(self.flat(inputs)))
+
+
+tfm_ext.register_model("subclassed")(_Subclassed)

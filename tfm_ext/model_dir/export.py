@@ -45,7 +45,7 @@ import dataclasses
 import logging
 import os
 import secrets
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import logging as absl_logging
 from google.protobuf import message
@@ -115,13 +115,58 @@ def model_inputs(model: tf_keras.Model) -> ServingInputs:
                        lambda inputs: inputs["inputs"])
 
 
-def serving_inputs(model: tf_keras.Model, *owners) -> ServingInputs:
-  """The first of `owners` (trainer, task) with `serving_inputs`, else the model's."""
+def serving_inputs(model: tf_keras.Model, *owners,
+                   data: Optional[Callable[[], Any]] = None) -> ServingInputs:
+  """The first of `owners` (trainer, task) with `serving_inputs`, else the
+  model's own inputs, else those of `data()` (the task's validation
+  input: `inputs_of_data`)."""
   for owner in owners:
     hook = getattr(owner, "serving_inputs", None)
     if hook is not None:
       return hook(model)
-  return model_inputs(model)
+  try:
+    return model_inputs(model)
+  except UsageError as undeclared:
+    if data is None:
+      raise
+    return inputs_of_data(model, data, undeclared)
+
+
+def inputs_of_data(model: tf_keras.Model, data: Callable[[], Any],
+                   undeclared: UsageError) -> ServingInputs:
+  """What the model is fed in evaluation, from the dataset's element spec.
+
+  A model that declares no inputs (a Sequential without an `InputLayer`, a
+  subclassed model) is served what the task's validation input gives it:
+  the features of its `(features, labels)` elements, a tensor or a dict
+  of them, batch dimension None.
+
+  Raises:
+    UsageError: the input cannot be built here, or gives no features;
+      `undeclared` says what the model lacks.
+  """
+  try:
+    spec = data().element_spec
+  except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
+    raise UsageError(
+        f"{undeclared} Its task's validation input, which would say it, "
+        f"cannot be built here: {type(e).__name__}: {e}") from e
+  features = spec[0] if isinstance(spec, tuple) else spec
+  if isinstance(features, Mapping) and all(
+      isinstance(v, tf.TensorSpec) for v in features.values()):
+    return ServingInputs({k: _unbatched(v, k) for k, v in features.items()},
+                         dict)
+  if isinstance(features, tf.TensorSpec):
+    return ServingInputs({"inputs": _unbatched(features, "inputs")},
+                         lambda inputs: inputs["inputs"])
+  raise UsageError(f"{undeclared} Its task's validation input gives "
+                   f"{features}, not a tensor or a dict of tensors.")
+
+
+def _unbatched(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
+  """`spec` with any number of examples: its batch dimension None."""
+  return tf.TensorSpec([None] + list(spec.shape[1:]), spec.dtype, name=name)
 
 
 def _infer(inputs, model):
@@ -524,7 +569,9 @@ def export_model_dir(
         write_placed(export_dir, vision.write)
       else:
         save(ServingModule(params, trainer.model, serving_inputs(
-            trainer.model, trainer, trainer.task)), export_dir)
+            trainer.model, trainer, trainer.task,
+            data=lambda: trainer.task.build_inputs(
+                params.task.validation_data))), export_dir)
     except FileExistsError:  # Another export finished first.
       pass
     else:
