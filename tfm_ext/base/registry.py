@@ -11,12 +11,8 @@ code changed. `allow_definitions_again` gives TFM's `exp_factory` and
 `task_factory` the same rule.
 """
 
-import difflib
 import functools
-import importlib.abc
-import importlib.util
 import sys
-import warnings
 from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 
 from tfm_ext.base.errors import UsageError
@@ -39,6 +35,7 @@ def unknown_name_message(kind: str, name: str, known: List[str],
   `known_as` heads the list (default: "Registered <kind>s").
   """
   message = f"Unknown {kind} {name!r}."
+  import difflib  # pylint: disable=g-import-not-at-top
   close = difflib.get_close_matches(name, known, n=1)
   if close:
     message += f" Did you mean {close[0]!r}?"
@@ -152,6 +149,7 @@ def _again(kind: str, name: str, old: Any, new: Any) -> bool:
   if not same_definition(old, new):
     return False
   if _code(old) != _code(new):
+    import warnings  # pylint: disable=g-import-not-at-top
     warnings.warn(
         f"{kind} {name!r} registered again by {_qualname(new)}, with other "
         "code: the new definition replaces the one before.", stacklevel=4)
@@ -178,7 +176,7 @@ def allow_definitions_again() -> None:
 _TFM_REGISTRY = "official.core.registry"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class _AfterImport:
   """Runs `_take_definitions_again` on TFM's registry as it is imported."""
 
   def find_spec(self, fullname, path, target=None):
@@ -186,6 +184,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     if fullname != _TFM_REGISTRY:
       return None
     sys.meta_path.remove(self)
+    import importlib.util  # pylint: disable=g-import-not-at-top
     spec = importlib.util.find_spec(fullname)
     if spec is not None and spec.loader is not None:
       exec_module = spec.loader.exec_module

@@ -52,11 +52,9 @@ devices (`/dev/nvidia*`) the line says a driver is broken and stays.
 
 import fcntl
 import gc
-import glob
 import os
 import signal
 import sys
-import tempfile
 
 from tfm_ext.base.errors import EXIT_PREEMPTED
 
@@ -221,11 +219,13 @@ def _list_devices_once() -> None:
     return
   _listed = True
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import glob  # pylint: disable=g-import-not-at-top
   if glob.glob("/dev/nvidia*"):
     tf.config.list_physical_devices()
     return
   sys.stderr.flush()
   saved = os.dup(2)
+  import tempfile  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryFile() as captured:
     os.dup2(captured.fileno(), 2)
     try:
