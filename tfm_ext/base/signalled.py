@@ -5,11 +5,11 @@ the start-up's handlers, a signal no longer ends the process at once: its
 handler records it, and every part of the run stops where it is safe. A
 wait that sleeps between polls (the trainer lease watching a stale holder
 or a competing claim) would hear of it only when its sleep ends, and then
-only if it looks: a trainer waiting for a stale lease exited 239 s after
-its SIGTERM. So a polling wait of the run sleeps with `sleep`, which
+only if it looks. So a polling wait of the run sleeps with `sleep`, which
 returns as soon as the watcher `set`s the flag (from its own thread, as
 the signal comes), and then looks (the run's `check_start`, which raises
-once a signal came). The lease's waits do (`tfm_ext.model_dir.lease`).
+once a signal came). The lease's waits, the evaluator's idle poll and
+the driver's restart backoff do.
 
 Before the watcher (the start-up), a signal ends the process from its
 handler (`tfm_ext.base.startup`), which Python runs inside any sleep of
