@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 
 import pytest
 import tensorflow as tf
@@ -298,3 +299,35 @@ def test_exporters_beside_each_other_rank_against_each_others_records(
               if n.startswith(("best_ckpt-100.", "best_ckpt-300."))], names
   # The next evaluator to start keeps the best too.
   assert [e["global_step"] for e in make(tmp_path, k=1).kept] == [200]
+
+
+def test_two_exporters_of_one_step_at_once_write_it_once(tmp_path):
+  # The trainer and an evaluator beside it evaluated the same step and
+  # export it at the same moment (the chaos run found their writes of
+  # `best_ckpt-<step>` colliding in TensorFlow's `_temp` staging).
+  exporters = [make(tmp_path, k=2), make(tmp_path, k=2)]
+  checkpoints = [tf.train.Checkpoint(v=tf.Variable(tf.zeros([1 << 19])))
+                 for _ in exporters]
+  for round_ in range(1, 13):
+    step, barrier, kept = 10 * round_, threading.Barrier(2), {}
+
+    def run(i, step=step, barrier=barrier, kept=kept):
+      checkpoints[i].v.assign(tf.fill([1 << 19], float(step)))
+      barrier.wait()
+      kept[i] = exporters[i].maybe_export_checkpoint(
+          checkpoints[i], {"accuracy": step / 1000.0}, step)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    assert sorted(kept.values()) == [False, True], (step, kept)
+  assert [e["global_step"] for e in manifest(tmp_path)["checkpoints"]] == [
+      120, 110]
+  restored = tf.train.Checkpoint(v=tf.Variable(tf.zeros([1 << 19])))
+  restored.read(str(tmp_path / "best" / "best_ckpt-120")).assert_consumed()
+  assert float(restored.v[-1]) == 120.0
+  left = os.listdir(tmp_path / "best")
+  assert not [n for n in left if "_temp" in n or ".tmp" in n], left
+  assert not os.listdir(tmp_path / "best" / best_checkpoints.BIDS)

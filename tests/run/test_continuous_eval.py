@@ -226,7 +226,7 @@ def test_an_evaluator_continued_after_its_claim_was_taken_writes_nothing(
     assert time.monotonic() < deadline, "no claim on ckpt-10"
     time.sleep(0.1)
   # A claim is written once won: it is evaluating ckpt-10.
-  time.sleep(1.5)
+  time.sleep(0.2)
   stalled.proc.send_signal(signal.SIGSTOP)
   try:
     assert not ledger_bytes(model_dir), "ckpt-10 was done before the stop"

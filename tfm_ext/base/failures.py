@@ -496,6 +496,8 @@ def _model_dir_file(error: BaseException) -> str:
   match = re.search(re.escape(root) + r"[^\s;:'\"]+", text)
   if not match:
     return ""
+  if _TEMP.search(match.group(0)):
+    return ""  # A write of the run's own in progress: not the user's file.
   task = getattr(_run.params, "task", None)
   patterns = [getattr(getattr(task, field, None), "input_path", "") or ""
               for field in ("train_data", "validation_data")]
@@ -504,6 +506,10 @@ def _model_dir_file(error: BaseException) -> str:
     return ""  # An input that lives in the model_dir: the data's.
   return match.group(0)
 
+
+# A file a write in progress stages: TensorFlow's checkpoint shards
+# (`<prefix>_temp/`), its local writes (`.tempstate<n>`), ours (`.tmp<hex>`).
+_TEMP = re.compile(r"_temp/|\.tempstate|\.tmp")
 
 # A path in an error's message: absolute, or a store's URL.
 _PATH = re.compile(r"(?:^|[\s'\"])((?:/|[a-z][\w+.-]*://)[^\s;:'\"]+)")

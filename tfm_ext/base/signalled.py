@@ -31,6 +31,11 @@ def clear() -> None:
   _came.clear()
 
 
+def came() -> bool:
+  """Whether a stop signal came (`set`) since the run began."""
+  return _came.is_set()
+
+
 def sleep(seconds: float) -> None:
   """Sleeps `seconds`, or less: until a stop signal comes (`set`).
 

@@ -30,6 +30,7 @@ tidy what a crash left, deciding nothing.
 
 import math
 import os
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
@@ -40,7 +41,10 @@ from official.core import train_utils
 
 from tfm_ext.base import logs
 from tfm_ext.base import values
+from tfm_ext.base import settings
+from tfm_ext.base import signalled
 from tfm_ext.model_dir import checkpoint_state
+from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import files
 
 MANIFEST = "best_checkpoints.json"
@@ -48,6 +52,11 @@ INFO = "info.json"  # TFM's record of the best checkpoint.
 PREFIX = "best_ckpt"
 # Where the checkpoints go that the exporter keeps but cannot rank.
 UNRANKED = "unranked"
+# Where exporters that evaluated the same step bid to write it
+# (`claim.bid`): `best_ckpt-<step>.<token>.json`, each deleted once decided.
+BIDS = "export_bids"
+# How often a bid lists the others again while larger ones are there.
+BID_POLL_SECONDS = 0.1
 
 
 def read_manifest(directory: str) -> Dict[str, Any]:
@@ -113,17 +122,22 @@ def complete_entries(directory: str,
 
 
 def tidy(directory: str, named: Callable[[str], bool],
-         kept: Callable[[str], bool]) -> Tuple[List[str], List[str]]:
+         kept: Callable[[str], bool],
+         busy: Callable[[str], bool] = lambda stem: False
+         ) -> Tuple[List[str], List[str]]:
   """Clears what the manifest does not name; returns `(removed, moved)`.
 
   Temp files go, and so do the files of a checkpoint (by its name, as
   `best_ckpt-500`) that is not `named`, unless it is to be `kept`: those
-  move to `unranked/`.
+  move to `unranked/`. The files of a checkpoint another exporter is
+  `busy` writing stay.
   """
   removed, moved = [], []
   for name in sorted(tf.io.gfile.listdir(directory)):
     name = name.rstrip("/")  # A bucket may list a "directory" as "name/".
     stem = name.split(".")[0]
+    if busy(stem.split("_temp")[0]):
+      continue
     orphan = stem.startswith(PREFIX) and not named(stem)
     # Temp files: ours end in .tmp, TensorFlow's in .tmp<hex>.
     temp = ".tmp" in name or "_temp" in name
@@ -197,7 +211,9 @@ class TopKCheckpointExporter:
   A checkpoint on record that cannot be ranked (a NaN value, or none for a
   new `metric_name`), or is beyond a smaller k than the record's, is moved
   to `unranked/`, never deleted. Several evaluators may export into one
-  directory (`_refresh`).
+  directory (`_refresh`); of those that evaluated the same step (the
+  trainer of `train_and_eval` and an evaluator beside it), one writes it:
+  they bid for it in `export_bids/` (`claim.bid`).
   `metric_name` may be nested with TFM's `|` separator ("coco|AP").
   """
 
@@ -218,6 +234,12 @@ class TopKCheckpointExporter:
     # Checkpoints on record that this run cannot rank (a NaN value, or no
     # value for its metric): `repair` moves them to `unranked/`.
     self._unrankable: Dict[str, str] = {}
+    self._me = claim.Process.this()
+    self._bidding = claim.Bidding(
+        claim.Judge(settings.get().claim_stale_seconds, me=self._me),
+        claim.Unchanged(time.monotonic), signalled.sleep, time.monotonic,
+        BID_POLL_SECONDS, settings.get().claim_renew_seconds,
+        stop=signalled.came)
     self._entries: List[Dict[str, Any]] = self._load()
     self.repair()
 
@@ -242,21 +264,40 @@ class TopKCheckpointExporter:
     self._refresh()
     if not self._ranks_in(step, value):
       return False
-    path = checkpoint.write(os.path.join(self._dir, f"{PREFIX}-{step}"))
-    # Another evaluator may have kept a better one while this one wrote.
-    self._refresh()
-    if not self._ranks_in(step, value):
-      delete_checkpoint(path, self._dir)
-      return False
+    name = f"{PREFIX}-{step}"
+    # The trainer and an evaluator beside it may both have evaluated this
+    # step: one writes its files, the other's export is that one's.
+    with claim.bid(os.path.join(self._dir, BIDS), name, self._bid_fields,
+                   self._bidding, settled=lambda: self._judged(step)) as won:
+      if not won:
+        return False
+      path = checkpoint.write(os.path.join(self._dir, name))
+      # Another evaluator may have kept a better one while this one wrote.
+      self._refresh()
+      if not self._ranks_in(step, value):
+        delete_checkpoint(path, self._dir)
+        return False
+      self._keep(step, value, path, metrics)
+    return True
+
+  def _keep(self, step: int, value: float, path: str,
+            metrics: Dict[str, Any]) -> None:
+    """Commits the written checkpoint of `step`; deletes what it evicts."""
     entry = {"path": os.path.basename(path), "global_step": step,
              "value": value, "metrics": metrics}
     entries = self._sorted(self._entries + [entry])
     kept, evicted = entries[:self._k], entries[self._k:]
     self._commit(kept)
     for old in evicted:
-      delete_checkpoint(os.path.join(self._dir, old["path"]),
-                              self._dir)
-    return True
+      delete_checkpoint(os.path.join(self._dir, old["path"]), self._dir)
+
+  def _judged(self, step: int) -> bool:
+    """Whether another exporter has since recorded `step`."""
+    self._refresh()
+    return any(e["global_step"] == step for e in self._entries)
+
+  def _bid_fields(self, token: str, renewals: int) -> Dict[str, Any]:
+    return {**self._me.fields(), "token": token, "renewals": renewals}
 
   def _ranks_in(self, step: int, value: float) -> bool:
     """Whether a checkpoint of `step` and `value` gets into the k best."""
@@ -310,9 +351,12 @@ class TopKCheckpointExporter:
     named = {e["path"] for e in complete}
     # A complete checkpoint whose value only a damaged manifest held, or
     # one this run cannot rank: out of the ranking, but kept.
+    busy = claim.live_bids(os.path.join(self._dir, BIDS),
+                           self._bidding.judge)
     removed, moved = tidy(
         self._dir, named=named.__contains__,
-        kept=lambda stem: bool(self._damage) or stem in self._unrankable)
+        kept=lambda stem: bool(self._damage) or stem in self._unrankable,
+        busy=busy.__contains__)
     if self._damage:
       kept = (f"keeps {complete[0]['path']}, the best that {INFO} records"
               if complete else "keeps no checkpoint")

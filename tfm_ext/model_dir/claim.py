@@ -50,6 +50,7 @@ writes is its user's: `tfm_ext.model_dir.lease`,
 `tfm_ext.model_dir.eval_claims`.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -59,7 +60,8 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Hashable, Iterator, List, Optional,
+                    Tuple)
 
 from absl import logging
 import tensorflow as tf
@@ -361,6 +363,119 @@ def bids(directory: str, prefix: str, mine: str,
 
 
 _BID_SUFFIX = ".json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bidding:
+  """How a contender bids (`bid`): who judges the others' bids, and how it
+  waits for larger ones to withdraw.
+
+  Attributes:
+    judge: whether another bid's owner is gone.
+    unchanged: how long each other bid has been seen unchanged.
+    sleep: waits between listings.
+    clock: the monotonic clock `unchanged` reads.
+    poll_seconds: how often the bids are listed again while larger ones
+      are there.
+    renew_seconds: how often a waiting bid beats, so that others do not
+      judge it stale.
+    stop: whether to give up waiting (a stop signal): the bid then loses.
+  """
+  judge: Judge
+  unchanged: Unchanged
+  sleep: Callable[[float], None]
+  clock: Callable[[], float]
+  poll_seconds: float
+  renew_seconds: float
+  stop: Callable[[], bool] = lambda: False
+
+
+@contextlib.contextmanager
+def bid(directory: str, name: str,
+        fields: Callable[[str, int], Dict[str, Any]], how: Bidding, *,
+        settled: Callable[[], bool]) -> Iterator[str]:
+  """Bids for `name` in `directory`; yields the winning token, "" if lost.
+
+  The one rule by which a single process of several takes something with
+  no timing assumption (an evaluator's claim on a checkpoint, the export
+  of a best checkpoint): this one writes a bid of its own,
+  `<name>.<token>.json` with `fields(token, beats)` (a new object, never
+  written over), and lists `name`'s other bids. A live bid with a smaller
+  token wins: this one loses. With no other live bid, it has won unless
+  `settled()` says another already did what the bid is for. With larger
+  live bids only, it lists again every `how.poll_seconds`: they withdraw,
+  or one of them won before this bid was written and is at work (its bid
+  goes once its work is done, and `settled()` then says so). The bid
+  stays until the block ends: whoever bids while the winner works sees it.
+  Of two that both win, each listed after its own bid was written and saw
+  none of the other's; but whichever wrote second listed after the first's
+  was there. Bids of gone owners are ignored, and deleted by a winner.
+  The winner's bid beats every `how.renew_seconds` until the block ends.
+  Each bid holds its `renewals` (its beats): what another reader watches.
+  """
+  token = secrets.token_hex(8)
+  mine = Record(os.path.join(directory, f"{name}.{token}{_BID_SUFFIX}"),
+                lambda beats: fields(token, beats))
+  tf.io.gfile.makedirs(directory)
+  mine.write()
+  try:
+    won = _contest(directory, name, token, mine, how, settled)
+    if won:  # Beats while the winner works, however long it takes.
+      mine.start_heartbeat(how.renew_seconds, name=f"bid {name}",
+                           failed=f"Could not renew the bid {mine.path}")
+    yield won
+  finally:
+    mine.stop_heartbeat()
+    try:
+      mine.remove()
+    except tf.errors.OpError as e:
+      logging.warning("Could not delete the bid %s (%s); it is ignored once "
+                      "this process is gone.", mine.path, e)
+
+
+def _contest(directory: str, name: str, token: str, mine: "Record",
+             how: Bidding, settled: Callable[[], bool]) -> str:
+  """`bid`'s wait: the token if `mine` won, else ""."""
+  renewed = how.clock()
+  while True:
+    live, gone = [], []
+    for other in bids(directory, name + ".", mine.path, _any_bid):
+      version = (other["token"], other.get("renewals"))
+      why = how.judge.gone_because(
+          other, how.unchanged.age(other["path"], version))
+      (gone if why else live).append(other)
+    if any(other["token"] < token for other in live):
+      return ""
+    if not live:
+      if settled():
+        return ""
+      for other in gone:
+        remove(other["path"])
+      return token
+    if how.stop():
+      return ""
+    how.sleep(how.poll_seconds)  # Larger bids: they withdraw.
+    if how.clock() - renewed >= how.renew_seconds:
+      mine.renew()  # A beat: this bid still waits.
+      renewed = how.clock()
+
+
+def live_bids(directory: str, judge: Judge) -> List[str]:
+  """The names with a bid in `directory` whose owner may be alive.
+
+  Read once: a bid of another machine counts as live (see `Judge`).
+  """
+  return sorted({other["path"].rsplit("/", 1)[-1].rsplit(".", 2)[0]
+                 for other in bids(directory, "", "", _any_bid)
+                 if not judge.gone_because(other)})
+
+
+def _any_bid(path: str) -> Optional[Dict[str, Any]]:
+  """The bid at `path`; None if none, or cut short (no live one)."""
+  try:
+    return read(path, {"owner": str})
+  except files.Damaged:
+    return None
 
 
 def remove(path: str) -> None:

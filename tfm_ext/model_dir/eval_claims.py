@@ -50,7 +50,6 @@ for tests and for clusters whose pauses need more room.
 import atexit
 import contextlib
 import os
-import secrets
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
@@ -185,45 +184,15 @@ class Claims:
 
   def _bid(self, name: str) -> bool:
     """Bids for the claim on `name` (see the class); whether it won."""
-    token = secrets.token_hex(8)
-    bid = claim.Record(os.path.join(self._bids, f"{name}.{token}.json"),
-                       lambda beats: self._fields(name, token, beats))
-    tf.io.gfile.makedirs(self._bids)
-    bid.write()
-    renewed = self._clock()
-    try:
-      while True:
-        live, gone = self._other_bids(name, bid.path)
-        if any(other["token"] < token for other in live):
-          return False  # A smaller live bid wins.
-        if not live:
-          if self._claimed_by_another(name):
-            return False  # One that bid before this one won it.
-          self._tokens[name] = token
-          self._write(name, renewals=0)
-          for other in gone:
-            claim.remove(other["path"])
-          return True
-        self._sleep(BID_POLL_SECONDS)  # Larger bids: they withdraw.
-        if self._clock() - renewed >= settings.get().claim_renew_seconds:
-          bid.renew()  # A beat: this bid's evaluator still waits.
-          renewed = self._clock()
-    finally:
-      try:
-        bid.remove()
-      except tf.errors.OpError as e:
-        logging.warning("Could not delete the bid %s (%s); it is ignored once "
-                        "this process is gone.", bid.path, e)
-
-  def _other_bids(self, name: str, mine: str):
-    """The other bids for `name`, each with its `path`: `(live, gone)`."""
-    live, gone = [], []
-    for other in claim.bids(self._bids, name + ".", mine, _read):
-      version = (other["token"], other.get("renewals"))
-      why = self._judge.gone_because(
-          other, self._unchanged.age(other["path"], version))
-      (gone if why else live).append(other)
-    return live, gone
+    how = claim.Bidding(self._judge, self._unchanged, self._sleep, self._clock,
+                        BID_POLL_SECONDS, settings.get().claim_renew_seconds)
+    with claim.bid(self._bids, name,
+                   lambda token, beats: self._fields(name, token, beats), how,
+                   settled=lambda: self._claimed_by_another(name)) as token:
+      if token:
+        self._tokens[name] = token
+        self._write(name, renewals=0)
+      return bool(token)
 
   def holds(self, checkpoint_path: str) -> bool:
     """Whether the claim on `checkpoint_path` is still this evaluator's.

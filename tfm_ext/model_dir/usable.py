@@ -126,6 +126,8 @@ RECORDS = (
            "the best checkpoints' state file"),
     Record("{trainer.best_checkpoint_export_subdir}/best_ckpt-*", FILE,
            "a best checkpoint's file"),
+    Record("{trainer.best_checkpoint_export_subdir}/export_bids", DIRECTORY,
+           "the bids to write a best checkpoint"),
     Record("{trainer.best_checkpoint_export_subdir}/unranked", DIRECTORY,
            "the best checkpoints out of the ranking"),
 )
