@@ -60,6 +60,7 @@ __version__ = "0.2.1"
 _EXPORTS = {
     "ActionContext": "tfm_ext.actions",
     "register_action": "tfm_ext.actions",
+    "RunAction": "tfm_ext.actions",
     "CustomTrainer": "tfm_ext.training.custom_trainer",
     "UsageError": "tfm_ext.base.errors",
     "RunFailed": "tfm_ext.base.errors",

@@ -15,7 +15,7 @@ from conftest import REPO
 
 STABLE_NAMES = [
     "ActionContext", "CustomTrainer", "MODELS", "Preempted", "Registry",
-    "RegistryError", "RunFailed", "ServingInputs", "TRAINERS",
+    "RegistryError", "RunAction", "RunFailed", "ServingInputs", "TRAINERS",
     "TrainerConfig", "UsageError", "build_model", "get_trainer", "launch",
     "load", "register_action", "register_model", "register_trainer",
     "run_experiment"]

@@ -59,11 +59,24 @@ try:
                  params_override="trainer.train_steps=-1")
 except tfm_ext.UsageError as e:
   out["refused"] = [str(e), e.exit_code]
+try:
+  tfm_ext.launch("digits_convnet", model_dir=f"{root}/refused",
+                 actions=[print])
+except tfm_ext.UsageError as e:
+  out["refused_action"] = [str(e), e.exit_code]
+ran = {"eval": [], "train": []}
+def each_evaluation(output):
+  ran["eval"].append(round(float(output["accuracy"]), 6))
+def loops(context):
+  return lambda output: ran["train"].append((context.mode, len(output)))
 summary = tfm_ext.launch(
     "digits_convnet", model_dir=f"{root}/trained", mode="train_and_eval",
     params_override="trainer.train_steps=40,trainer.steps_per_loop=20,"
-    "trainer.summary_interval=20,trainer.validation_interval=40")
+    "trainer.summary_interval=20,trainer.validation_interval=40",
+    actions=[tfm_ext.RunAction("eval", each_evaluation),
+             tfm_ext.RunAction("train", factory=loops)])
 out["trained"] = summary.to_json()
+out["seen"] = dict(ran)
 # The trained model, back from its best checkpoint, on the validation set.
 from official.core import exp_factory, task_factory
 model = tfm_ext.load(f"{root}/trained")
@@ -82,6 +95,7 @@ try:
                  "trainer.loss_upper_bound=0.0001")
 except tfm_ext.RunFailed as e:
   out["failed"] = [str(e), e.exit_code]
+out["seen_after"] = ran  # The next run's actions are its own.
 print(json.dumps(out))
 """
 
@@ -107,7 +121,15 @@ def test_launch_runs_the_launchers_job_from_python(data_dir, tmp_path):
   assert out["refused"] == [
       "trainer.train_steps=-1: give a whole number of steps, 0 or more.", 2]
   assert not (tmp_path / "refused").exists()
+  message, code = out["refused_action"]
+  assert code == 2 and "tfm_ext.RunAction" in message, message
   trained = json.loads(out["trained"])
+  # The run's own actions ran on each loop and evaluation, and no other's.
+  assert out["seen"]["eval"] == [pytest.approx(
+      trained["eval_metrics"]["accuracy"], abs=1e-6)]
+  modes = [mode for mode, _ in out["seen"]["train"]]
+  assert len(modes) >= 2 and set(modes) == {"train_and_eval"}, modes
+  assert out["seen_after"] == out["seen"]
   with open(tmp_path / "trained" / "run_summary.json") as f:
     assert json.load(f) == trained  # The launcher's records.
   assert (trained["status"], trained["global_step"]) == ("completed", 40)

@@ -58,7 +58,7 @@ summary saying so.)
 """
 
 import dataclasses
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -118,12 +118,58 @@ def register_action(name: str, *, phase: str, required: bool = False):
   return decorator
 
 
+@dataclasses.dataclass(frozen=True)
+class RunAction:
+  """An action of one run, as a registered one is but for that run only.
+
+      def show(output):
+        print("accuracy", output["accuracy"])
+
+      tfm_ext.launch("digits_convnet", model_dir="/tmp/digits",
+                     actions=[tfm_ext.RunAction("eval", show)])
+
+  `call` is the action itself; `factory(ActionContext)` builds it for the
+  run instead (None: stays out), as a registered factory does. It runs
+  on each output of its `phase`, after the registered actions, in the
+  order given, guarded as they are (`required` as in `register_action`).
+  Its `name` (by default the function's) is the one its failures are
+  reported and counted under.
+
+  Raises:
+    ValueError: a phase other than "train" or "eval", or not exactly one
+      of `call` and `factory`.
+  """
+  phase: str
+  call: Optional[Action] = None
+  factory: Optional[Callable[[ActionContext], Optional[Action]]] = None
+  name: str = ""
+  required: bool = False
+
+  def __post_init__(self):
+    if self.phase not in PHASES:
+      raise ValueError(f"RunAction(phase={self.phase!r}): phase must be one "
+                       f"of {PHASES}.")
+    if (self.call is None) == (self.factory is None):
+      raise ValueError("RunAction takes exactly one of call= (the action) "
+                       "and factory= (a function of the ActionContext).")
+    if not self.name:
+      given = self.call or self.factory
+      object.__setattr__(self, "name", getattr(
+          given, "__name__", type(given).__name__))
+
+  def build(self, context: ActionContext) -> Optional[Action]:
+    return self.call if self.factory is None else self.factory(context)
+
+
 def registered(phase: str, context: ActionContext,
-               guard: Callable[..., Action]) -> List[Action]:
-  """The actions the registered factories of `phase` give, each guarded
-  (`guard`: the run's `tfm_ext.actions.guard.Guard`)."""
-  built = ((name, ACTIONS[phase].get(name)(context))
-           for name in ACTIONS[phase].names())
-  return [guard(action, phase=phase, name=name,
-                required=name in _REQUIRED[phase])
-          for name, action in built if action is not None]
+               guard: Callable[..., Action],
+               per_run: Sequence[RunAction] = ()) -> List[Action]:
+  """The actions the registered factories of `phase` give, then those of
+  the run's `per_run` actions of `phase`, each guarded (`guard`: the run's
+  `tfm_ext.actions.guard.Guard`)."""
+  built = [(name, ACTIONS[phase].get(name)(context),
+            name in _REQUIRED[phase]) for name in ACTIONS[phase].names()]
+  built += [(own.name, own.build(context), own.required)
+            for own in per_run if own.phase == phase]
+  return [guard(action, phase=phase, name=name, required=required)
+          for name, action, required in built if action is not None]

@@ -346,13 +346,14 @@ def _actions(plan, trainer, manager, step, progresses, summary_managers,
   train_actions = (_train_actions(context, progress, summary_managers[0],
                                   watcher, guard,
                                   supplied=supplied.train_actions,
-                                  notified=notified["train"], requested=stop)
+                                  notified=notified["train"], requested=stop,
+                                  per_run=request.actions)
                    if mode.trains else [])
   eval_actions = _eval_actions(context, eval_progress, summary_managers[1],
                                watcher, guard, trains=mode.trains,
                                supplied=supplied.eval_actions,
                                notified=notified["eval"], requested=stop,
-                               watching=watching)
+                               watching=watching, per_run=request.actions)
   if held:  # A run that lost the lease stops before it writes more.
     train_actions, eval_actions = ([held.after_loop] + train_actions,
                                    [held.after_loop] + eval_actions)
@@ -420,7 +421,8 @@ def _restore_at_start(trainer, plan, chief: bool):
 
 def _train_actions(context: actions.ActionContext, progress, summary_manager,
                    watcher, guard: guard_lib.Guard, supplied=(),
-                   notified=(), requested=None) -> List[actions.Action]:
+                   notified=(), requested=None,
+                   per_run=()) -> List[actions.Action]:
   """Recovery, TFM's, registered, progress, results, notify, save-and-stop.
 
   Registered actions come before the progress line, so what they add to a
@@ -454,7 +456,8 @@ def _train_actions(context: actions.ActionContext, progress, summary_manager,
       global_step=trainer.global_step, summary_manager=summary_manager,
       stop=requested, strategy=_agreeing(strategy))
   return (recovery + guard.all("train", (
-      tfm + actions.registered("train", context, guard) + list(supplied)
+      tfm + actions.registered("train", context, guard, per_run)
+      + list(supplied)
       + [progress] + curves.refresh_actions(context, "train")
       + list(notified))) + [stop])
 
@@ -472,8 +475,8 @@ def _agreeing(strategy):
 
 def _eval_actions(context: actions.ActionContext, progress, summary_manager,
                   watcher, guard: guard_lib.Guard, trains: bool, supplied=(),
-                  notified=(), requested=None,
-                  watching=()) -> List[actions.Action]:
+                  notified=(), requested=None, watching=(),
+                  per_run=()) -> List[actions.Action]:
   """TFM's, registered, progress, the plateau's, results, notify, save-and-stop.
 
   As for training, registered actions come before the progress line, and
@@ -490,7 +493,8 @@ def _eval_actions(context: actions.ActionContext, progress, summary_manager,
       summary_manager=summary_manager, stop=requested,
       strategy=_agreeing(context.strategy))] if trains else []
   return guard.all("eval", (
-      tfm + actions.registered("eval", context, guard) + list(supplied)
+      tfm + actions.registered("eval", context, guard, per_run)
+      + list(supplied)
       + [progress] + list(watching) + _marks(context.trainer)
       + ([plateau.Recorder(watching, context.model_dir,
                            context.trainer.global_step)]

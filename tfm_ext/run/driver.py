@@ -62,6 +62,7 @@ from official.core import config_definitions
 from official.core import train_utils
 
 from tfm_ext.model_dir import best_checkpoints
+from tfm_ext import actions as actions_lib
 from tfm_ext.actions import curves
 from tfm_ext.actions import notify
 from tfm_ext.actions import plateau
@@ -135,6 +136,8 @@ class RunRequest:
   registry: Sequence[str] = ()
   # "list" (--list) or "config" (--print_config): shows it, runs nothing.
   show: str = ""
+  # The run's own actions (`tfm_ext.launch(actions=...)`).
+  actions: Sequence[actions_lib.RunAction] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,7 @@ from official.core import base_trainer
 from official.core import config_definitions
 from official.core import task_factory
 
+from tfm_ext import actions as actions_lib
 from tfm_ext.config import params as params_lib
 from tfm_ext.base.errors import RunFailed
 from tfm_ext.base.errors import UsageError
@@ -137,12 +138,14 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
            trainer: str = "", gin_files: Sequence[str] = (),
            gin_params: Sequence[str] = (), registry: Sequence[str] = (),
            allow_config_change: bool = False,
-           checkpoint_path: str = "") -> RunSummary:
+           checkpoint_path: str = "",
+           actions: Sequence[actions_lib.RunAction] = ()) -> RunSummary:
   """Runs `mode` of `experiment` as `tfm-ext-train` would; see the module.
 
   The arguments are the launcher's flags of the same names
   (`config_files`: `--config_file`, repeatable; `registry`: modules to
-  import for their registrations).
+  import for their registrations), and `actions`, this run's own
+  (`tfm_ext.RunAction`: after the registered ones, for this run only).
 
   Returns:
     The run's `RunSummary` (also `model_dir/run_summary.json`).
@@ -158,6 +161,13 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
     absl_flags.FLAGS([sys.argv[0] if sys.argv else "tfm_ext"])
   _register_the_default()
   failures.reset()
+  wrong = [a for a in actions if not isinstance(a, actions_lib.RunAction)]
+  if wrong:
+    error = UsageError(
+        f"launch(actions=...) takes tfm_ext.RunAction items, as "
+        f"tfm_ext.RunAction(\"eval\", function); got {wrong[0]!r:.80}.")
+    error.exit_code = UsageError.EXIT_CODE
+    raise error
   request = driver.RunRequest(
       experiment=experiment, mode=mode, model_dir=model_dir,
       sources=params_lib.ConfigSources(
@@ -165,7 +175,7 @@ def launch(experiment: str, *, model_dir: str, mode: str = "train_and_eval",
           params_override=params_override, trainer=trainer),
       gin_files=tuple(gin_files), gin_params=tuple(gin_params),
       registry=tuple(registry), allow_config_change=allow_config_change,
-      checkpoint_path=checkpoint_path)
+      checkpoint_path=checkpoint_path, actions=tuple(actions))
   try:
     plan = driver.plan_for(request)
   except UsageError as e:
