@@ -41,6 +41,7 @@ from tfm_ext.run import preemption
 from tfm_ext.run import strategies
 from tfm_ext.training import determinism
 from tfm_ext.training import eval_count
+from tfm_ext.training import labels
 from tfm_ext.training import run_state
 from tfm_ext.training import summaries
 from tfm_ext.actions import guard as guard_lib
@@ -284,6 +285,7 @@ def _task_and_trainer(plan, watcher: preemption.SignalWatcher,
   evaluates = mode.evaluates or supplied.post_eval
   with strategy.scope(), failures.phase("build"):
     task = supplied.task or build_task(params, logging_dir=write_dir)
+    labels.check_inputs(task)  # For every trainer, TFM's own too.
     trainer = supplied.trainer or train_utils.create_trainer(
         params, task, train=mode.trains, evaluate=evaluates,
         checkpoint_exporter=(best_checkpoints.maybe_create(params, write_dir)

@@ -46,16 +46,15 @@ def threaded_dataset_fn(dataset_fn, threads: int, *args, **kwargs):
   Orbit calls it with `input_context`, which reaches `dataset_fn` only if it
   takes one (`takes_input_context`), as Orbit's own wrapper does. Where
   `dataset_fn` is a task's `build_inputs`, its labels are checked
-  (`labels.checked`).
+  (`labels.checking`: once, also where the launcher made it checking).
   """
+  dataset_fn = labels.checking(dataset_fn)
   takes_context = takes_input_context(dataset_fn)
-  classes = labels.num_classes(getattr(dataset_fn, "__self__", None))
 
   def fn(input_context=None):  # Orbit passes it by this name.
     fn_kwargs = (dict(kwargs, input_context=input_context) if takes_context
                  else kwargs)
-    return labels.checked(
-        with_input_threads(dataset_fn(*args, **fn_kwargs), threads), classes)
+    return with_input_threads(dataset_fn(*args, **fn_kwargs), threads)
 
   return fn
 
@@ -71,11 +70,10 @@ def host_pipeline(task, data_config, strategy: tf.distribute.Strategy,
   """
   if not host_input_supported(strategy):
     return None, None
+  build_inputs = labels.checking(task.build_inputs)
   context = ({"input_context": host_input_context(strategy)}
-             if takes_input_context(task.build_inputs) else {})
-  dataset = labels.checked(
-      with_input_threads(task.build_inputs(data_config, **context), threads),
-      labels.num_classes(task))
+             if takes_input_context(build_inputs) else {})
+  dataset = with_input_threads(build_inputs(data_config, **context), threads)
   iterator = iter(dataset)
   why_not = unsaveable_reason(iterator)
   if why_not:
@@ -196,9 +194,10 @@ def with_input_threads(dataset: tf.data.Dataset,
 
 
 # What tfm_ext adds to a task's training pipeline, in the key of the
-# iterator's position (`fingerprint`): 2, the label check (`labels.checked`).
-# A checkpoint of another version resumes the input from its start: its
-# iterator's state would not restore into this pipeline.
+# iterator's position (`fingerprint`): 2, the label check (`labels.checked`;
+# before or after the private pool's options, the iterator's state is the
+# same). A checkpoint of another version resumes the input from its start:
+# its iterator's state would not restore into this pipeline.
 PIPELINE_VERSION = 2
 
 

@@ -17,11 +17,21 @@ rank 1 (one per example). One-hot or multi-hot labels (rank 2), float labels
 (mixup, cutmix) and dicts of labels (detection, segmentation) are left
 alone: they carry no class index to check.
 
+The check belongs to the task's input, not to one trainer: every trainer
+reads its data through `task.build_inputs` (TFM's own `tfm_base` hands it
+to Orbit as the dataset function), so the launcher makes the task's
+`build_inputs` checking (`check_inputs`) before any trainer is built, and
+`CustomTrainer`, built by a user's own code, checks the function it is
+given (`checking`). Either way once: a checking function is not wrapped
+again. The check changes no value, so a run whose labels are in range
+trains as it would without it (stock TFM's numbers, bit for bit).
+
 What it costs is in benchmarks/RESULTS.md#label-check (the row
 benchmarks/label_check.py writes): one max of each batch's labels.
 """
 
-from typing import Optional
+import inspect
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -30,6 +40,8 @@ import tensorflow as tf
 SAYS = ("label value of", "which is outside the valid range of [0,",
         "), checked in the input (tfm_ext.training.labels)")
 _UNSIGNED = {tf.int32: tf.uint32, tf.int64: tf.uint64}
+# Marks a dataset function whose datasets `checking` checks.
+_CHECKS = "tfm_ext_checks_labels"
 
 
 def num_classes(task) -> Optional[int]:
@@ -76,3 +88,36 @@ def checked(dataset: tf.data.Dataset, classes: Optional[int]
       return features, tf.identity(labels)
 
   return dataset.map(check)
+
+
+def checking(build_inputs: Callable[..., tf.data.Dataset]
+             ) -> Callable[..., tf.data.Dataset]:
+  """`build_inputs` (a task's bound method), its datasets `checked`.
+
+  As it is where it checks already, or where it is not a task's method or
+  the task has no `num_classes`. The function returned has
+  `build_inputs`' signature, which Orbit reads (`input_context` is passed
+  only to a function that names it).
+  """
+  if getattr(build_inputs, _CHECKS, False):
+    return build_inputs
+  classes = num_classes(getattr(build_inputs, "__self__", None))
+  if classes is None:
+    return build_inputs
+
+  def build(*args, **kwargs):
+    return checked(build_inputs(*args, **kwargs), classes)
+
+  build.__signature__ = inspect.signature(build_inputs)
+  build.__doc__ = build_inputs.__doc__
+  setattr(build, _CHECKS, True)
+  return build
+
+
+def check_inputs(task) -> None:
+  """Makes `task.build_inputs` `checking`, for whichever trainer reads it.
+
+  Sets the task's own attribute (its class is untouched); again, it does
+  nothing more.
+  """
+  task.build_inputs = checking(task.build_inputs)
