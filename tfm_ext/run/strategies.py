@@ -22,8 +22,9 @@ def start(params: config_definitions.ExperimentConfig
   (`tfm_ext.config.cluster`: `UsageError`, nothing waited for). A wait
   for something outside the process is said and ends on a signal
   (`waits.announced`); a `multi_worker_mirrored` cluster is waited for in
-  Python first (`waits.until_answered`): TensorFlow's own connect holds
-  the interpreter.
+  Python first (`waits.until_answered`), then TensorFlow connects on a
+  thread of its own (`waits.connect_released`), where a signal still
+  ends the wait (a peer lost between the two).
   """
   strategy = params.runtime.distribution_strategy
   cluster = cluster_lib.read(strategy)
@@ -33,6 +34,8 @@ def start(params: config_definitions.ExperimentConfig
         cluster.task_type != "evaluator"):
       waits.until_answered(cluster.address,
                            cluster.others(("chief", "worker")))
+      with waits.connect_released():
+        return build_strategy(params)
     return build_strategy(params)
 
 

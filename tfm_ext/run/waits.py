@@ -6,7 +6,8 @@ and returns only once all answer; a TPU's, once the TPU answers.
 
     with waits.announced("the cluster of TF_CONFIG to answer (...)"):
       waits.until_answered(cluster)      # In Python: any signal ends it.
-      strategy = build_strategy(params)  # In TensorFlow's native code.
+      with waits.connect_released():     # TensorFlow's connect, off the
+        strategy = build_strategy(params)  # main thread: any signal too.
 
 Within the block each of SIGTERM, SIGINT and SIGHUP prints its one line
 
@@ -17,10 +18,10 @@ built), wherever the main thread waits:
 
 * in Python (`until_answered`'s polls, a sleep): the block's own handler
   runs between two bytecodes and exits at once;
-* in native code (TensorFlow's connect): Python runs a handler only
-  between two bytecodes of the main thread, and `multi_worker_mirrored`'s
-  connect also holds the interpreter's lock, so no thread of this process
-  runs either. A small process of its own (the interpreter's, without
+* in native code (a TPU's connect, a call that holds the interpreter's
+  lock as TensorFlow's bindings do): Python runs a handler only between
+  two bytecodes of the main thread, and no thread of this process runs
+  while the lock is held. A small process of its own (the interpreter's, without
   site) watches the block: it reads each signal from Python's wakeup file
   descriptor, which Python's C handler writes at once, whatever the main
   thread does; if the process has not ended `grace` seconds later, it
@@ -37,10 +38,14 @@ connection, while this task's own address takes them too (a placeholder
 socket, closed before TensorFlow listens there): every task of the
 cluster then passes it, and TensorFlow's connect, which follows, meets
 tasks that are up. What stays in native code is a peer lost between the
-two: there SIGINT and SIGHUP end it as above, but SIGTERM is TensorFlow's
-(its coordination service installs a SIGTERM handler of its own while it
-connects, and no signal of ours is written anywhere); its handler is
-taken back when the block ends.
+two. There TensorFlow's coordination service takes SIGTERM for itself (its
+preemption notifier installs a C handler that only sets a flag, before it
+connects), so `connect_released` runs the connect where a signal can end
+it: on a thread of its own, without the interpreter's lock, while the
+main thread waits in Python, puts the block's handlers back over
+TensorFlow's every `TAKE_BACK_SECONDS`, and runs them as a signal comes.
+A SIGTERM within those few milliseconds after TensorFlow installs its
+handler is TensorFlow's, and lost.
 """
 
 import contextlib
@@ -52,7 +57,8 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Callable, Iterator, List, Sequence
+import types
+from typing import Callable, Iterator, List, Optional, Sequence
 
 from tfm_ext.base import signalled
 from tfm_ext.base import startup
@@ -67,6 +73,11 @@ POLL_SECONDS = 0.2
 # handler, the C library's `_exit`, is given the signal's number, which is
 # the exit code (Linux: SIGRTMIN + 8, used by nothing else).
 EXIT_SIGNAL = EXIT_PREEMPTED
+# How often the main thread puts its SIGTERM handler back over
+# TensorFlow's while the cluster connect runs (`connect_released`): the
+# most a SIGTERM can come after TensorFlow installs its handler and be
+# TensorFlow's.
+TAKE_BACK_SECONDS = 0.005
 # In the watcher's line, where the signal's name goes.
 _NAME = "<signal>"
 
@@ -158,6 +169,85 @@ def _arm_native_exit() -> Callable[[], None]:
   libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
   before = libc.signal(EXIT_SIGNAL, ctypes.cast(libc._exit, ctypes.c_void_p))  # pylint: disable=protected-access
   return lambda: libc.signal(EXIT_SIGNAL, before)
+
+
+@contextlib.contextmanager
+def connect_released() -> Iterator[None]:
+  """Within it, TensorFlow's cluster connect runs where a signal ends it.
+
+  `multi_worker_mirrored`'s strategy connects in `TFE_EnableCollectiveOps`,
+  which TensorFlow's Python binding calls holding the interpreter's lock,
+  and which installs the coordination service's SIGTERM handler (it only
+  sets a flag) before it waits for every task. Within the block that call
+  goes through TensorFlow's C API (`ctypes`: the lock released) on a
+  thread of its own, and the main thread waits for it in Python, putting
+  its SIGTERM handler back over TensorFlow's every `TAKE_BACK_SECONDS`: a
+  signal runs the handler in force (`announced`'s: exit 42) at once. The
+  call's error is raised as the binding raises it. Off the main thread, or
+  where the C API is not found, the block changes nothing. Nothing of ours
+  listens to TensorFlow's SIGTERM notifier (`tfm_ext.run.preemption`: not
+  TensorFlow's `PreemptionCheckpointHandler`).
+  """
+  from tensorflow.python import pywrap_tfe  # pylint: disable=g-import-not-at-top
+  api = _collective_api()
+  if api is None or threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  bound = pywrap_tfe.TFE_EnableCollectiveOps
+  pywrap_tfe.TFE_EnableCollectiveOps = (
+      lambda context, server_def: _enable_released(api, context, server_def))
+  try:
+    yield
+  finally:
+    pywrap_tfe.TFE_EnableCollectiveOps = bound
+
+
+def _collective_api() -> Optional[types.SimpleNamespace]:
+  """The C API functions `_enable_released` calls, or None."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    lib = ctypes.CDLL(os.path.join(tf.sysconfig.get_lib(),
+                                   "libtensorflow_cc.so.2"))
+    api = types.SimpleNamespace(
+        enable=lib.TFE_EnableCollectiveOps, new_status=lib.TF_NewStatus,
+        code=lib.TF_GetCode, message=lib.TF_Message,
+        delete_status=lib.TF_DeleteStatus,
+        pointer=ctypes.pythonapi.PyCapsule_GetPointer)
+  except (OSError, AttributeError):
+    return None
+  api.enable.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                         ctypes.c_void_p)
+  api.enable.restype = None
+  api.new_status.restype = ctypes.c_void_p
+  api.code.argtypes = api.message.argtypes = api.delete_status.argtypes = (
+      ctypes.c_void_p,)
+  api.message.restype = ctypes.c_char_p
+  api.pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+  api.pointer.restype = ctypes.c_void_p
+  return api
+
+
+def _enable_released(api: types.SimpleNamespace, context,
+                     server_def: bytes) -> None:
+  """`TFE_EnableCollectiveOps(context, server_def)` as `connect_released`
+  runs it."""
+  from tensorflow.python.framework import errors_impl  # pylint: disable=g-import-not-at-top
+  status = api.new_status()
+  connect = threading.Thread(
+      target=api.enable, name="tfm_ext-cluster-connect", daemon=True,
+      args=(api.pointer(context, None), server_def, len(server_def), status))
+  connect.start()
+  handler = signal.getsignal(signal.SIGTERM)
+  while connect.is_alive():
+    if handler is not None:  # Python's C handler over TensorFlow's.
+      signal.signal(signal.SIGTERM, handler)
+    connect.join(TAKE_BACK_SECONDS)
+  # Only once the call is over: a signal's exception above leaves it alone.
+  code, message = api.code(status), api.message(status)
+  api.delete_status(status)
+  if code:
+    raise errors_impl.exception_type_from_error_code(code)(
+        None, None, message.decode(errors="replace"))
 
 
 def until_answered(own: str, others: Sequence[str],
