@@ -13,7 +13,10 @@ the decoder of a TFM experiment reads (tests/e2e/test_tfm_experiments.py):
   * `write_video`: tf.SequenceExamples (`video_input.py`): PNG frames
     (`image/encoded` in the sequence; `input_image_format: png`) and
     `clip/label/index` in the context;
-  * `write_criteo`: the TSV rows of TFM's Criteo reader, for DLRM.
+  * `write_criteo`: the TSV rows of TFM's Criteo reader, for DLRM;
+  * `write_sentence_prediction`, `write_tagging`: tokenized sentences as
+    TFM's NLP readers decode them (`input_ids`, `input_mask`,
+    `segment_ids`, `label_ids`), for a tiny BERT; no photo in them.
 
 The images are square and mirror-symmetric left to right, so TFM's training
 augmentations that cannot be switched off by config (a video's random flip;
@@ -252,6 +255,56 @@ def write_criteo(directory: str, vocab_sizes=(40, 30, 20)) -> str:
   return directory
 
 
+# BERT's inputs of the NLP experiments (tests/e2e/tfm_configs/bert_*.yaml).
+SEQ_LENGTH = 16
+VOCAB_SIZE = 100
+NUM_TAGS = 3
+
+
+def token_rows(count: int, seed: int = 0):
+  """`count` tokenized sentences: int64 word ids [count, SEQ_LENGTH] (of 1
+  to VOCAB_SIZE - 1, then 0 padding), and the 0/1 mask of real tokens.
+
+  Lengths run from 4 to SEQ_LENGTH, so every batch pads.
+  """
+  rng = np.random.RandomState(seed)
+  ids = np.zeros([count, SEQ_LENGTH], np.int64)
+  for row in range(count):
+    length = 4 + (row * 5) % (SEQ_LENGTH - 3)
+    ids[row, :length] = rng.randint(1, VOCAB_SIZE, size=length)
+  return ids, (ids > 0).astype(np.int64)
+
+
+def _bert_example(ids: np.ndarray, mask: np.ndarray, labels) -> bytes:
+  """The tf.Example TFM's sentence prediction and tagging readers decode."""
+  features = {"input_ids": _ints(*ids), "input_mask": _ints(*mask),
+              "segment_ids": _ints(*np.zeros_like(ids)),
+              "label_ids": _ints(*np.atleast_1d(labels))}
+  return tf.train.Example(features=tf.train.Features(
+      feature=features)).SerializeToString()
+
+
+def _write_bert(directory: str, labels_of) -> str:
+  ids, mask = token_rows(6)
+  examples = [_bert_example(i, m, labels_of(i, m)) for i, m in zip(ids, mask)]
+  _write(os.path.join(directory, "train.tfrecord"), examples[:4])
+  _write(os.path.join(directory, "val.tfrecord"), examples[4:])
+  return directory
+
+
+def write_sentence_prediction(directory: str) -> str:
+  """Writes `train.tfrecord` (4 sentences) and `val.tfrecord` (2): their
+  class is whether their word ids sum to an even number. Returns it."""
+  return _write_bert(directory, lambda ids, _: int(ids.sum() % 2 == 0))
+
+
+def write_tagging(directory: str) -> str:
+  """Writes `train.tfrecord` (4 sentences) and `val.tfrecord` (2): a token's
+  tag is its id modulo NUM_TAGS, -1 (no tag, TFM's padding) on padding."""
+  return _write_bert(directory,
+                     lambda ids, mask: np.where(mask > 0, ids % NUM_TAGS, -1))
+
+
 def uint8_images(size: int, count: int = 2) -> np.ndarray:
   """A batch of photo crops to serve: uint8 [count, size, size, 3]."""
   return np.stack(square_images(size, count))
@@ -317,9 +370,16 @@ def write_initial_checkpoint(experiment: str, config_file: str,
   `init_checkpoint_modules: all` as it is laid out here. Returns the
   checkpoint's path.
   """
-  model = _built_model(experiment, config_file, override)
-  items = (model.checkpoint_items if experiment in _CHECKPOINT_ITEMS
-           and hasattr(model, "checkpoint_items") else {"model": model})
+  if experiment.startswith("bert/"):
+    # TFM's NLP tasks restore the encoder alone (`encoder=`), so the
+    # YAMLs start their heads at zero; the encoder is drawn as BERT's.
+    model = _built_model(experiment, config_file, override + (
+        ",task.model.encoder.bert.initializer_range=0.02"))
+    items = {"encoder": model.checkpoint_items["encoder"]}
+  else:
+    model = _built_model(experiment, config_file, override)
+    items = (model.checkpoint_items if experiment in _CHECKPOINT_ITEMS
+             and hasattr(model, "checkpoint_items") else {"model": model})
   return tf.train.Checkpoint(**items).write(path)
 
 

@@ -16,7 +16,10 @@ A task of TFM's vision tasks (classification, RetinaNet, Mask R-CNN,
 segmentation, video) is exported as TFM's `export_saved_model.py` exports
 it, by TFM's own module, preprocessing inside
 (`tfm_ext.model_dir.tfm_serving`: `--input_type`, `--batch_size`,
-`--input_image_size`). Any other model is exported by `ServingModule`.
+`--input_image_size`); a task of TFM's NLP tasks (sentence prediction,
+tagging...) as its `export_savedmodel.py` exports it, by the module its
+table names (`tfm_ext.model_dir.nlp_serving`: `--function_keys`,
+`--serving_params`). Any other model is exported by `ServingModule`.
 Its signature's tensors are named after the model's inputs: `inputs` for
 a model with one (float32 `[None, 8, 8, 1]` for digits_convnet), the keys
 or input names for several. Its outputs are the model's: a dict as it is,
@@ -61,6 +64,7 @@ from tfm_ext.model_dir import best_checkpoints
 from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
+from tfm_ext.model_dir import nlp_serving
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.base import failures
 
@@ -554,7 +558,7 @@ def export_model_dir(
   best_subdir = params.trainer.best_checkpoint_export_subdir
   checkpoint = checkpoint_to_export(model_dir, best_subdir, chosen)
   # TFM's module builds the model it serves, so it exists before the read.
-  vision = tfm_serving.vision_export(params, serving)
+  vision = tfm_module(trainer, params, serving)
   with failures.phase("restore", checkpoint):
     restore(checkpoint, model=vision.module.model if vision else trainer.model,
             global_step=trainer.global_step)
@@ -581,6 +585,16 @@ def export_model_dir(
   print(f"export @ step {step} | {export_dir} exists: not overwritten",
         flush=True)
   return metrics
+
+
+def tfm_module(trainer, params, serving: tfm_serving.ServingOptions
+               ) -> Optional[tfm_serving.VisionExport]:
+  """TFM's own export module of the task: NLP's
+  (`tfm_ext.model_dir.nlp_serving`: it refuses NLP flags for any other
+  task), else vision's; None: none."""
+  del trainer  # Unused here.
+  return (nlp_serving.nlp_export(params, serving)
+          or tfm_serving.vision_export(params, serving))
 
 
 def _check_existing(export_dir: str) -> None:

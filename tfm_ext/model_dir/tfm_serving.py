@@ -90,11 +90,19 @@ def _served_table() -> Tuple[_Served, ...]:
   )
 
 
+# ServingOptions' fields of each of TFM's exporters.
+VISION_FLAGS = ("input_type", "batch_size", "input_image_size")
+NLP_FLAGS = ("function_keys", "serving_params")
+
+
 @dataclasses.dataclass(frozen=True)
 class ServingOptions:
-  """The flags of TFM's `export_saved_model.py` that shape the signature.
+  """The flags of TFM's exporters that shape the signature.
 
-  Checked at once: a bad value is a `UsageError` naming the flag.
+  Those of the vision tasks' `export_saved_model.py` (`VISION_FLAGS`) and of
+  the NLP tasks' `export_savedmodel.py` (`NLP_FLAGS`,
+  `tfm_ext.model_dir.nlp_serving`). Checked at once: a bad value is a
+  `UsageError` naming the flag.
 
   Attributes:
     input_type: `--input_type`, one of `INPUT_TYPES`; None: TFM's
@@ -102,10 +110,16 @@ class ServingOptions:
     batch_size: `--batch_size`; None: any number of examples, as TFM's.
     input_image_size: `--input_image_size` as numbers; empty: the size the
       task's evaluation feeds its model (`image_size`).
+    function_keys: `--function_keys`, the NLP module's function served as
+      `serving_default`; None: `serve`.
+    serving_params: `--serving_params`, the NLP module's `Params` as YAML,
+      JSON or key=value,...; None: its defaults.
   """
   input_type: Optional[str] = None
   batch_size: Optional[int] = None
   input_image_size: Tuple[int, ...] = ()
+  function_keys: Optional[str] = None
+  serving_params: Optional[str] = None
 
   def __post_init__(self):
     if self.input_type is not None and self.input_type not in INPUT_TYPES:
@@ -125,7 +139,9 @@ class ServingOptions:
 
   @classmethod
   def from_flags(cls, *, input_type: Optional[str], batch_size: Optional[int],
-                 input_image_size: Optional[str]) -> "ServingOptions":
+                 input_image_size: Optional[str],
+                 function_keys: Optional[str] = None,
+                 serving_params: Optional[str] = None) -> "ServingOptions":
     """The options the flags give; `--input_image_size` as "224,224"."""
     size = ()
     if input_image_size:
@@ -137,14 +153,35 @@ class ServingOptions:
             "(a video's frames,height,width) as positive whole numbers, e.g. "
             "224,224.") from None
     return cls(input_type=input_type, batch_size=batch_size,
-               input_image_size=size)
+               input_image_size=size, function_keys=function_keys,
+               serving_params=serving_params)
 
   @property
   def given(self) -> List[str]:
     """The flags given, as `--name=value`."""
-    return [f"--{field.name}={_joined(value)}"
-            for field in dataclasses.fields(self)
-            for value in [getattr(self, field.name)] if value not in (None, ())]
+    return self.given_of(VISION_FLAGS + NLP_FLAGS)
+
+  def given_of(self, names: Tuple[str, ...]) -> List[str]:
+    """The flags of `names` given, as `--name=value`."""
+    return [f"--{name}={_joined(value)}" for name in names
+            for value in [getattr(self, name)] if value not in (None, ())]
+
+
+def refuse_flags(options: ServingOptions, names: Tuple[str, ...], kind: str,
+                 task_config) -> None:
+  """Refuses the flags of `names` given for a task not of TFM's `kind` tasks.
+
+  Raises:
+    UsageError: naming them; such a model takes what `serving_inputs` on its
+      task or trainer says.
+  """
+  given = options.given_of(names)
+  if given:
+    raise UsageError(
+        f"{' '.join(given)}: these flags shape the export of TFM's {kind} "
+        f"tasks; {type(task_config).__name__} is not one. Its model takes "
+        "what `serving_inputs` on its task or trainer says "
+        "(tfm_ext.model_dir.export).")
 
 
 def _joined(value) -> str:
@@ -172,7 +209,8 @@ def image_size(task_config, options: ServingOptions) -> List[int]:
   """
   if options.input_image_size:
     return list(options.input_image_size)
-  if _served(task_config).size_names[0] == "frames":
+  served = _served(task_config)  # None: a project's task (project_serving).
+  if served and served.size_names[0] == "frames":
     return list(task_config.train_data.feature_shape[:-1])
   fixed = list(getattr(task_config.model, "input_size", None) or [None])[:2]
   if None not in fixed:
@@ -199,7 +237,7 @@ class VisionExport:
     tfm_ext adds in `tfm_ext_params.yaml`.
     """
     from official.vision.serving import export_saved_model_lib  # pylint: disable=g-import-not-at-top
-    with _float32():
+    with float32():
       export_saved_model_lib.export_inference_graph(
           input_type=self.input_type, batch_size=self.batch_size,
           input_image_size=self.input_image_size, params=self.module.params,
@@ -209,7 +247,7 @@ class VisionExport:
 
 
 @contextlib.contextmanager
-def _float32():
+def float32():
   """Keras's global dtype policy float32 for the block, as in TFM's export.
 
   TFM's `export_saved_model.py` sets no mixed-precision policy, so its
@@ -237,12 +275,7 @@ def vision_export(params: config_definitions.ExperimentConfig,
   """
   served = _served(params.task)
   if served is None:
-    if options.given:
-      raise UsageError(
-          f"{' '.join(options.given)}: these flags shape the export of TFM's "
-          f"vision tasks; {type(params.task).__name__} is not one. Its "
-          "model takes what `serving_inputs` on its task or trainer says "
-          "(tfm_ext.model_dir.export).")
+    refuse_flags(options, VISION_FLAGS, "vision", params.task)
     return None
   input_type = options.input_type or INPUT_TYPES[0]
   if input_type not in served.input_types:
@@ -256,7 +289,7 @@ def vision_export(params: config_definitions.ExperimentConfig,
         f"{type(params.task).__name__} takes {','.join(served.size_names)}.")
   # A copy: TFM's detection module sets the NMS version on the params it
   # is given (for a batch size of None), and ours are locked.
-  with _float32():
+  with float32():
     module = served.module(params.replace(), batch_size=options.batch_size,
                            input_image_size=size, input_type=input_type)
   return VisionExport(module, input_type, options.batch_size, size)

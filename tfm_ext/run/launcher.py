@@ -95,6 +95,11 @@ flags.DEFINE_string(
     "For --mode=export of TFM's vision tasks: height,width (a video's "
     "frames,height,width). Default: the size the task's evaluation feeds "
     "its model, else 224,224.")
+# TFM's official/nlp/serving/export_savedmodel.py flags (nlp_serving).
+flags.DEFINE_string("function_keys", None, "For --mode=export of TFM's NLP "
+                    "tasks: the function served (default: serve).")
+flags.DEFINE_string("serving_params", None, "For --mode=export of TFM's NLP "
+                    "tasks: the module's Params (YAML, JSON or k=v,...).")
 flags.DEFINE_bool(
     "allow_config_change", False,
     "Resume a model_dir even though the config differs from its params.yaml "
@@ -175,7 +180,9 @@ def _request() -> driver.RunRequest:
       checkpoint_path=FLAGS.checkpoint_path or "",
       serving=tfm_serving.ServingOptions.from_flags(
           input_type=FLAGS.input_type, batch_size=FLAGS.batch_size,
-          input_image_size=FLAGS.input_image_size),
+          input_image_size=FLAGS.input_image_size,
+          function_keys=FLAGS.function_keys,
+          serving_params=FLAGS.serving_params),
       max_restarts=FLAGS.max_restarts,
       restart_backoff_seconds=FLAGS.restart_backoff_seconds,
       **given)
