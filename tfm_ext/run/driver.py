@@ -181,6 +181,11 @@ def prepare(request: RunRequest) -> Plan:
   # The records the config names, of their kind (`usable.RECORDS`).
   usable.check_records(request.model_dir, params, request.mode)
   trainer_cls = trainers.get_trainer(params.trainer.name)
+  if mode.trains:
+    # A resume that changed its config is told that first: a value the
+    # other config refuses (a metric another trainer logs) follows from it.
+    config_drift.check_unchanged(params, request.model_dir,
+                                 request.allow_config_change)
   checks.check_values(params, trains=mode.trains, evaluates=mode.evaluates)
   notify.check_url(notify.url_of(request))
   # TF_CONFIG checked, its cluster waited for, the strategy built.
@@ -196,9 +201,6 @@ def prepare(request: RunRequest) -> Plan:
   # naming it, before anything is written.
   input_files.check_framing(params, trains=mode.trains,
                             evaluates=mode.evaluates)
-  if mode.trains:
-    config_drift.check_unchanged(params, request.model_dir,
-                                 request.allow_config_change)
   _check_export_flags(request, mode)
   # Before any trace (a relaunch converts nothing), after every refusal (a
   # refused job writes nothing, the cache's folder included).
