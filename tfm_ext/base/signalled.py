@@ -8,8 +8,9 @@ or a competing claim) would hear of it only when its sleep ends, and then
 only if it looks. So a polling wait of the run sleeps with `sleep`, which
 returns as soon as the watcher `set`s the flag (from its own thread, as
 the signal comes), and then looks (the run's `check_start`, which raises
-once a signal came). The lease's waits, the evaluator's idle poll and
-the driver's restart backoff do.
+once a signal came). The lease's waits, the evaluator's idle poll, the
+driver's restart backoff and a starting run's store waits
+(`tfm_ext.model_dir.files.listening`) do.
 
 Before the watcher (the start-up), a signal ends the process from its
 handler (`tfm_ext.base.startup`), which Python runs inside any sleep of

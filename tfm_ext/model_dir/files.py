@@ -24,12 +24,13 @@ write under it first runs the lease's check (`fence`): a trainer that lost
 the lease raises there and writes nothing.
 """
 
+import contextlib
 import json
 import os
 import threading
 import time
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 from absl import logging
 import tensorflow as tf
@@ -38,6 +39,7 @@ from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorf
 
 from tfm_ext.base import values
 from tfm_ext.base import settings
+from tfm_ext.base import signalled
 
 _FILE_SCHEME = "file://"
 _RECORD_SUFFIX = ".json"
@@ -211,6 +213,53 @@ def write_json(path: str, value: Any) -> None:
   write_text(path, json.dumps(value, indent=2) + "\n")
 
 
+# The run's looks after a stop signal, while it waits on a store
+# (`listening`); the innermost last.
+_looks: List[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def listening(look: Callable[[], None]) -> Iterator[None]:
+  """Within it, a store wait of the main thread ends by `look` at a signal.
+
+  A store wait (`read_bytes` reading a record again while a cache may be
+  stale, `tfm_ext.model_dir.usable.within` waiting for a store to answer)
+  sleeps with `signalled.sleep` and then calls `heard`, which runs `look`
+  (the run's `SignalWatcher.check_start`) once a stop signal came: `look`
+  raises, and the wait ends with it, within a poll. The driver listens
+  while the run starts (its checks, the lease, the parts built), where
+  nothing a wait reads has been acted on yet. Elsewhere (the loop, where a
+  signal stops the run after the step and its save; a heartbeat's thread)
+  a wait goes on to its bound: a record read in it is never taken for
+  damaged because a signal cut its wait short.
+  """
+  _looks.append(look)
+  try:
+    yield
+  finally:
+    _looks.remove(look)
+
+
+def heard() -> None:
+  """Runs the innermost look of `listening` if a stop signal came.
+
+  Only from the main thread, where the run waits; it returns when no look
+  listens or the look did not raise.
+  """
+  if (_looks and signalled.came()
+      and threading.current_thread() is threading.main_thread()):
+    _looks[-1]()
+
+
+def _pause(seconds: float) -> None:
+  """Sleeps `seconds` between two reads of a store wait; see `listening`."""
+  end = time.monotonic() + seconds
+  if _looks and threading.current_thread() is threading.main_thread():
+    signalled.sleep(seconds)
+    heard()
+  time.sleep(max(end - time.monotonic(), 0.0))  # A look that did not raise.
+
+
 # TensorFlow's GCS client caches an object's length for
 # GCS_STAT_CACHE_MAX_AGE seconds (5 by default): another process's rewrite
 # then reads as "File contents are inconsistent" (shorter) or cut short at
@@ -225,7 +274,8 @@ def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
   On an object store, a read that raises TensorFlow's `InternalError`, or
   whose bytes `whole` rejects, is retried until
   `settings.stale_read_seconds` have passed; the last read is returned (or
-  raises). A local path is read once.
+  raises). A local path is read once. While the run starts, a stop signal
+  ends the wait (`listening`).
   """
   deadline = None
   while True:
@@ -245,7 +295,7 @@ def read_bytes(path: str, whole: Callable[[bytes], bool] = lambda _: True
         with tf.io.gfile.GFile(path, "rb") as f:  # Raises what it raises.
           return f.read()
       return data
-    time.sleep(0.5)
+    _pause(0.5)
 
 
 def read_text(path: str) -> str:

@@ -37,6 +37,7 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -52,6 +53,8 @@ GLOB_CHARACTERS = "*?["
 STORE_TIMEOUT_SECONDS = 20.0
 # A wait longer than this says what it waits for.
 SAY_SECONDS = 10.0
+# How often a store wait looks for a stop signal (`files.heard`).
+HEAR_SECONDS = 0.1
 
 # Less free space than this on a local model_dir's disk cannot hold a
 # checkpoint of any model: refused before the first write.
@@ -319,6 +322,8 @@ def within(call: Callable[[], Any], where: str, store: str,
   store for minutes. From `SAY_SECONDS` on, the wait is said; past
   `timeout`, the thread is left blocked and the job refused (it exits at
   once, so it makes no request after that). What `call` raises is raised.
+  A stop signal ends the wait within `HEAR_SECONDS` (`_join`): the run's
+  look raises (`files.listening`), and the thread is left as at `timeout`.
 
   Raises:
     UsageError: no answer in time, naming `where` (the flag or field) and
@@ -335,11 +340,11 @@ def within(call: Callable[[], Any], where: str, store: str,
   thread = threading.Thread(target=run, daemon=True,
                             name="tfm_ext_store_within")
   thread.start()
-  thread.join(min(timeout, SAY_SECONDS))
+  _join(thread, min(timeout, SAY_SECONDS))
   if thread.is_alive():  # Said, as every wait of the start is.
     print(f"waiting for {store} to answer ({SAY_SECONDS:.0f}s; at most "
           f"{timeout:.0f}s)", file=sys.stderr, flush=True)
-    thread.join(max(timeout - SAY_SECONDS, 0))
+    _join(thread, max(timeout - SAY_SECONDS, 0))
   if thread.is_alive():
     raise UsageError(
         f"{where}: {store} could not be reached within {timeout:.0f}s (no "
@@ -350,6 +355,17 @@ def within(call: Callable[[], Any], where: str, store: str,
   if "error" in result:
     raise result["error"]
   return result.get("value")
+
+
+def _join(thread: threading.Thread, seconds: float) -> None:
+  """Waits `seconds` for `thread`, hearing a stop signal (`files.heard`)
+  every `HEAR_SECONDS`: a run that listens ends the wait at once
+  (`files.listening`). Before the run's signal watcher, a signal ends the
+  process from its handler, which Python runs inside the join."""
+  end = time.monotonic() + seconds
+  while thread.is_alive() and time.monotonic() < end:
+    thread.join(min(HEAR_SECONDS, max(end - time.monotonic(), 0.0)))
+    files.heard()
 
 
 def store_of(path: str) -> str:

@@ -418,7 +418,8 @@ def _with_recovery(plan: Plan,
   restarts = 0
   while True:
     if restarts:
-      plan = prepare(plan.request)
+      with files.listening(watcher.check_start):  # Its store waits too.
+        plan = prepare(plan.request)
     try:
       summary = execute(plan, watcher=watcher, notifier=notifier)
     except failures.TRANSIENT as e:
@@ -479,12 +480,16 @@ def assembled(plan: Plan, watcher: preemption.SignalWatcher,
   # the next run in it (a notebook's, a test's) starts from the one before.
   policy = tf_keras.mixed_precision.global_policy()
   if plan.mode.trains and plan.strategy.extended.should_checkpoint:
-    with failures.phase("model_dir", plan.request.model_dir):
+    with failures.phase("model_dir", plan.request.model_dir), \
+        files.listening(watcher.check_start):  # A record's re-read too.
       held = lease.acquire(plan.request.model_dir,
                            interrupt=watcher.check_start)
   try:
     try:
-      parts = assembly.assemble(_to_build(plan), watcher, supplied, held)
+      with files.listening(watcher.check_start):
+        parts = assembly.assemble(_to_build(plan), watcher, supplied, held)
+    except preemption.StartUpInterrupted:
+      raise  # Nothing to classify: no summary (`_run`).
     except Exception as e:
       _failed(plan, None, 0, e)  # Classified; a bug's summary written.
       raise

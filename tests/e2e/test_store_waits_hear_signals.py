@@ -1,0 +1,125 @@
+"""A store wait of a starting run hears SIGTERM, SIGINT and SIGHUP.
+
+Two waits of the start sleep on a store, not on the run: `files.read_bytes`
+reading a record again while TensorFlow's GCS cache may be stale (up to
+`GCS_STAT_CACHE_MAX_AGE` + 1 s), and `usable.within` waiting for a store to
+answer. Once the run's signal watcher is in, a signal only records itself,
+so each sleeps with `signalled.sleep` and looks (`files.listening`): the
+run ends within 2 s, exit 42 with its start-up line. Before the watcher, the
+start-up's handler ends the process from inside the wait (a launcher whose
+model_dir or input is on a silent store, as in tests/e2e/test_gcs.py, exited
+42 0.2 s after SIGTERM, before and after this change).
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from conftest import TRAIN
+from gcs_box import gcs_box  # pylint: disable=unused-import
+from tfm_ext.base import settings
+from tfm_ext.model_dir import files
+from tfm_ext.model_dir import usable
+from tfm_ext.run import preemption
+
+STARTING = ("preempted: SIGTERM received during start-up: nothing to save "
+            "yet; exit 42 to be restarted.")
+GARBAGE = "not a lease {"
+# A stale read is retried this long plus 1 s: far past the 2 s allowed.
+CACHE_SECONDS = "30"
+
+
+def _lease_reads(box) -> int:
+  with open(os.path.join(box.state_dir, "requests.log")) as f:
+    return sum(1 for line in f if "trainer_lease.json" in line)
+
+
+def test_a_trainer_rereading_a_damaged_lease_on_a_bucket_exits_42_at_sigterm(
+    gcs_box, data_dir, tmp_path):
+  prefix = f"run-{uuid.uuid4().hex[:8]}"
+  lease = gcs_box.bucket_url(f"{prefix}/trainer_lease.json")
+  env = {"PYTHONPATH": os.path.dirname(os.path.dirname(TRAIN)),
+         "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+         "TFM_EXT_DATA_DIR": data_dir, "GCS_STAT_CACHE_MAX_AGE": CACHE_SECONDS}
+  wrote = gcs_box.run([sys.executable, "-c", (
+      "import tensorflow as tf; "
+      f"tf.io.gfile.GFile({lease!r}, 'w').write({GARBAGE!r})")], env=env)
+  assert wrote.returncode == 0, wrote.stderr[-2000:]
+  err = tmp_path / "err"
+  with open(err, "w") as stderr:
+    job = gcs_box.start(
+        [sys.executable, TRAIN, "--experiment=digits_convnet", "--mode=train",
+         f"--model_dir={gcs_box.bucket_url(prefix)}",
+         "--params_override=trainer.train_steps=20"],
+        env=env, cwd=str(tmp_path), stderr=stderr)
+  try:
+    before = _lease_reads(gcs_box)
+    deadline = time.monotonic() + 120
+    # The lease read, then read again: the run waits for the cache to age.
+    while _lease_reads(gcs_box) < before + 3:
+      assert job.poll() is None and time.monotonic() < deadline, (
+          err.read_text()[-3000:])
+      time.sleep(0.05)
+    sent = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    code = job.wait(timeout=60)
+    seconds = time.monotonic() - sent
+  finally:
+    if job.poll() is None:
+      job.kill()
+  text = err.read_text()
+  print(f"exit {code} {seconds:.2f}s after SIGTERM")
+  assert code == 42, text[-3000:]
+  assert seconds < 2.0, f"{seconds:.1f}s: {text[-3000:]}"
+  assert STARTING in text.splitlines(), text[-3000:]
+  assert "Traceback" not in text, text[-3000:]
+  # What it read is left as it was; its claim is withdrawn.
+  assert gcs_box.read(f"{prefix}/trainer_lease.json") == GARBAGE.encode()
+  assert not [n for n in gcs_box.list(f"{prefix}/trainer_lease_claims/")
+              if n.endswith(".json")]
+
+
+@pytest.fixture
+def watcher():
+  """The run's signal watcher in this process, listened to as the driver's
+  start does (`files.listening`)."""
+  with preemption.SignalWatcher() as watching, files.listening(
+      watching.check_start):
+    yield watching
+
+
+def _signal_in(seconds: float, signum: int) -> float:
+  threading.Timer(seconds, os.kill, args=(os.getpid(), signum)).start()
+  return time.monotonic() + seconds
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT,
+                                    signal.SIGHUP], ids=lambda s: s.name)
+def test_a_record_read_again_on_a_store_ends_at_a_signal(watcher, signum,
+                                                         monkeypatch):
+  path = f"ram://waits-{uuid.uuid4().hex[:8]}/record.json"
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(GARBAGE)  # Never whole: read again for 31 s.
+  monkeypatch.setattr(settings, "_current", settings.get().replace(
+      gcs_stat_cache_seconds=float(CACHE_SECONDS)))
+  sent = _signal_in(0.3, signum)
+  with pytest.raises(preemption.StartUpInterrupted,
+                     match=signal.Signals(signum).name):
+    files.read_json(path)
+  assert time.monotonic() - sent < 1.0
+
+
+def test_a_store_that_does_not_answer_ends_its_wait_at_a_signal(watcher):
+  answered = threading.Event()
+  sent = _signal_in(0.3, signal.SIGTERM)
+  with pytest.raises(preemption.StartUpInterrupted, match="SIGTERM"):
+    usable.within(lambda: answered.wait(30), "task.train_data.input_path",
+                  "gs://silent", timeout=20)
+  answered.set()
+  assert time.monotonic() - sent < 1.0
