@@ -84,6 +84,16 @@ when only ResNet, RetinaNet and DLRM ran here, in the same conditions: 26
 tests, 6.8 minutes wall, 6.3 CPU minutes. RetinaNet's figures predate its
 FPN levels 3 and 4 of one anchor a location (were 3 to 5 of 9; its YAML
 says what that saved).
+
+bert/tagging runs every point in every suite; bert/sentence_prediction
+(the same encoder and reader; another head and serving module) only with
+`TFM_EXT_FULL_TFM_MATRIX=1`: its fixture runs stock once more (the
+evaluation of our checkpoint), and its training is compared loosely.
+Measured on 2026-12-08 (`-n 0`, load average 8 to 9 on 2 cores): tagging's
+5 tests 71 s wall, 44 CPU seconds, the session's data and forking process
+included (its fixture 39 s wall: the data, the initial checkpoint, both
+runs and stock's export; its eval and continuous_eval 9, export 7, resume
+4).
 """
 
 import contextlib
