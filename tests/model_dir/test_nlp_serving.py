@@ -21,6 +21,7 @@ from tfm_ext.model_dir import nlp_serving
 from tfm_ext.model_dir import tfm_serving
 
 from conftest import REPO
+from conftest import assert_clean_usage_error
 
 TAGGING = os.path.join(REPO, "tests", "e2e", "tfm_configs",
                        "bert_tagging.yaml")
@@ -70,3 +71,15 @@ def test_nlp_export_flags_for_another_task_are_refused():
       "tasks; DigitsTaskConfig is not one")):
     nlp_serving.nlp_export(params, tfm_serving.ServingOptions(
         function_keys="serve"))
+
+
+def test_nlp_export_flags_for_another_mode_are_refused(tmp_path,
+                                                       launch_forked):
+  run = launch_forked("--experiment=digits_convnet", "--mode=train",
+                      "--function_keys=serve_examples",
+                      "--serving_params=parse_sequence_length=8",
+                      model_dir=tmp_path / "never")
+  assert_clean_usage_error(
+      run, "--function_keys=serve_examples "
+      "--serving_params=parse_sequence_length=8: for --mode=export, not "
+      "--mode=train.")
