@@ -215,12 +215,24 @@ def _candidates(module: str) -> List[str]:
   while package.count(".") >= 2:  # official.projects.X.configs -> X
     spec = _find_spec(package)
     for folder in (spec.submodule_search_locations or []) if spec else []:
-      for info in sorted(pkgutil.walk_packages([folder], f"{package}."),
-                         key=lambda i: (i.name.count("."), i.name)):
-        if info.name.endswith(".registry_imports") and info.name not in found:
-          found.append(info.name)
+      found += [name for name in _registry_files(folder, package)
+                if name not in found]
     package = package.rsplit(".", 1)[0]
   return found + [module]
+
+
+def _registry_files(folder: str, package: str) -> List[str]:
+  """The `registry_imports` modules of `package` (in `folder`), nearest
+  first: found by their files, not imported (a package's import may need
+  what is not installed, or add gin configurables when gin is locked)."""
+  names = []
+  for root, dirs, files in os.walk(folder):
+    dirs[:] = [d for d in dirs if d != "__pycache__"]
+    if "registry_imports.py" in files:
+      parts = os.path.relpath(root, folder).split(os.sep)
+      names.append(".".join([package] + [p for p in parts if p != "."]
+                            + ["registry_imports"]))
+  return sorted(names, key=lambda name: (name.count("."), name))
 
 
 def _find_spec(name: str):

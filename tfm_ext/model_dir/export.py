@@ -65,6 +65,7 @@ from tfm_ext.model_dir import files
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import nlp_serving
+from tfm_ext.model_dir import project_serving
 from tfm_ext.model_dir import tfm_serving
 from tfm_ext.base import failures
 
@@ -589,11 +590,12 @@ def export_model_dir(
 
 def tfm_module(trainer, params, serving: tfm_serving.ServingOptions
                ) -> Optional[tfm_serving.VisionExport]:
-  """TFM's own export module of the task: NLP's
+  """TFM's own export module of the task: its project's
+  (`tfm_ext.model_dir.project_serving`), else NLP's
   (`tfm_ext.model_dir.nlp_serving`: it refuses NLP flags for any other
   task), else vision's; None: none."""
-  del trainer  # Unused here.
-  return (nlp_serving.nlp_export(params, serving)
+  return (project_serving.project_export(trainer.task, params, serving)
+          or nlp_serving.nlp_export(params, serving)
           or tfm_serving.vision_export(params, serving))
 
 
