@@ -35,13 +35,21 @@ GARBAGE = "not a lease {"
 CACHE_SECONDS = "30"
 
 
-def _lease_reads(box) -> int:
+def _reads(box, name: str) -> int:
   with open(os.path.join(box.state_dir, "requests.log")) as f:
-    return sum(1 for line in f if "trainer_lease.json" in line)
+    return sum(1 for line in f if name in line)
 
 
-def test_a_trainer_rereading_a_damaged_lease_on_a_bucket_exits_42_at_sigterm(
-    gcs_box, data_dir, tmp_path):
+@pytest.mark.parametrize("record, mode, override", [
+    # Read by the lease, before the parts are built.
+    ("trainer_lease.json", "train", ""),
+    # Read while they are built (the best checkpoints' exporter).
+    ("best/best_checkpoints.json", "train_and_eval",
+     ",trainer.best_checkpoint_export_subdir=best,"
+     "trainer.best_checkpoint_eval_metric=accuracy"),
+], ids=["lease", "manifest"])
+def test_a_run_rereading_a_damaged_record_on_a_bucket_exits_42_at_sigterm(
+    gcs_box, data_dir, tmp_path, record, mode, override):
   prefix = f"run-{uuid.uuid4().hex[:8]}"
   env = {"PYTHONPATH": os.path.dirname(os.path.dirname(TRAIN)),
          "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
@@ -50,21 +58,22 @@ def test_a_trainer_rereading_a_damaged_lease_on_a_bucket_exits_42_at_sigterm(
   wrote = gcs_box.run([sys.executable, "-S", "-c", (
       "import urllib.request; urllib.request.urlopen(urllib.request.Request("
       f"'http://127.0.0.1:4443/upload/storage/v1/b/{gcs_box.bucket}/o?"
-      f"uploadType=media&name={prefix}/trainer_lease.json', "
+      f"uploadType=media&name={prefix}/{record}', "
       f"data={GARBAGE.encode()!r}, method='POST'))")])
   assert wrote.returncode == 0, wrote.stderr[-2000:]
   err = tmp_path / "err"
   with open(err, "w") as stderr:
     job = gcs_box.start(
-        [sys.executable, TRAIN, "--experiment=digits_convnet", "--mode=train",
+        [sys.executable, TRAIN, "--experiment=digits_convnet", f"--mode={mode}",
          f"--model_dir={gcs_box.bucket_url(prefix)}",
-         "--params_override=trainer.train_steps=20"],
+         f"--params_override=trainer.train_steps=20{override}"],
         env=env, cwd=str(tmp_path), stderr=stderr)
   try:
-    before = _lease_reads(gcs_box)
+    name = os.path.basename(record)
+    before = _reads(gcs_box, name)
     deadline = time.monotonic() + 120
-    # The lease read, then read again: the run waits for the cache to age.
-    while _lease_reads(gcs_box) < before + 3:
+    # Read, then read again: the run waits for the cache to age.
+    while _reads(gcs_box, name) < before + 3:
       assert job.poll() is None and time.monotonic() < deadline, (
           err.read_text()[-3000:])
       time.sleep(0.05)
@@ -76,15 +85,18 @@ def test_a_trainer_rereading_a_damaged_lease_on_a_bucket_exits_42_at_sigterm(
     if job.poll() is None:
       job.kill()
   text = err.read_text()
-  print(f"exit {code} {seconds:.2f}s after SIGTERM")
+  print(f"{record}: exit {code} {seconds:.2f}s after SIGTERM")
   assert code == 42, text[-3000:]
   assert seconds < 2.0, f"{seconds:.1f}s: {text[-3000:]}"
   assert STARTING in text.splitlines(), text[-3000:]
   assert "Traceback" not in text, text[-3000:]
-  # What it read is left as it was; its claim is withdrawn.
-  assert gcs_box.read(f"{prefix}/trainer_lease.json") == GARBAGE.encode()
-  assert not [n for n in gcs_box.list(f"{prefix}/trainer_lease_claims/")
-              if n.endswith(".json")]
+  # What it read is left as it was; no claim left, no summary of a run
+  # that never started (a bug's, had the signal been taken for one).
+  assert gcs_box.read(f"{prefix}/{record}") == GARBAGE.encode()
+  objects = gcs_box.list(f"{prefix}/")
+  assert not [n for n in objects if "/trainer_lease_claims/" in n
+              and n.endswith(".json")], objects
+  assert not [n for n in objects if n.endswith("summary.json")], objects
 
 
 @pytest.fixture
