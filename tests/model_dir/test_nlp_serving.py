@@ -55,11 +55,25 @@ def test_export_flags_an_nlp_task_cannot_take_are_refused(tagging):
        "TFM's Tagging takes no vocab_file; its serving params are "
        "parse_sequence_length, use_v2_feature_names"),
       ({"serving_params": "{a: [1"}, "--serving_params='{a: [1': not YAML"),
+      ({"serving_params": "text_fields=[sentence],vocab_file=/no/vocab.txt"},
+       "TFM's Tagging takes no text_fields, vocab_file"),
       ({"input_type": "image_bytes"},
        "--input_type=image_bytes: these flags shape the export of TFM's "
        "vision tasks; TaggingConfig is one of its NLP tasks")):
     with pytest.raises(UsageError, match=re.escape(message)):
       nlp_serving.nlp_export(tagging, tfm_serving.ServingOptions(**options))
+
+
+def test_a_module_that_cannot_be_built_from_its_params_is_refused():
+  params = params_lib.build(params_lib.ConfigSources(
+      experiment="bert/sentence_prediction", config_files=[
+          TAGGING.replace("tagging", "sentence_prediction")]))
+  # Its text signatures tokenize with a vocabulary that is not there.
+  with pytest.raises(UsageError, match=re.escape(
+      "--serving_params='text_fields=[sentence],vocab_file=/no/vocab.txt': "
+      "TFM's SentencePrediction cannot be built from it: NotFoundError")):
+    nlp_serving.nlp_export(params, tfm_serving.ServingOptions(
+        serving_params="text_fields=[sentence],vocab_file=/no/vocab.txt"))
 
 
 def test_nlp_export_flags_for_another_task_are_refused():

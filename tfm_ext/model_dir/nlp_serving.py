@@ -118,6 +118,24 @@ class NlpExport:
     params_file.write(self.params, export_dir)
 
 
+def _built(module_cls: type, params: config_definitions.ExperimentConfig,
+           given: Optional[str]) -> export_base.ExportModule:
+  """`module_cls` of a new model of the task, its Params `given`.
+
+  Raises:
+    UsageError: the Params do not parse, or the module cannot be built
+      from them (a vocabulary or SentencePiece file that is not there).
+  """
+  model = task_factory.get_task(params.task).build_model()
+  values = serving_params(module_cls, given, params.task)
+  try:
+    return module_cls(params=values, model=model)
+  except (ValueError, tf.errors.OpError) as e:
+    raise UsageError(
+        f"--serving_params={given!r}: TFM's {module_cls.__name__} cannot be "
+        f"built from it: {type(e).__name__}: {e}") from e
+
+
 def nlp_export(params: config_definitions.ExperimentConfig,
                options: tfm_serving.ServingOptions) -> Optional[NlpExport]:
   """TFM's NLP export module for `params.task`, with a new model; else None.
@@ -142,9 +160,7 @@ def nlp_export(params: config_definitions.ExperimentConfig,
         "(TFM's official/nlp/serving/export_savedmodel.py's).")
   key = options.function_keys or DEFAULT_FUNCTION_KEY
   with tfm_serving.float32():
-    model = task_factory.get_task(params.task).build_model()
-    module = module_cls(params=serving_params(
-        module_cls, options.serving_params, params.task), model=model)
+    module = _built(module_cls, params, options.serving_params)
     try:  # Traced now, so a key it lacks is refused before any read.
       module.get_inference_signatures({key: SIGNATURE})
     except ValueError as e:
