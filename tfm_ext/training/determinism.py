@@ -1,20 +1,23 @@
-"""Seeds on request, deterministic mode on request: set once, here.
+"""Seeds always, deterministic mode on request: set once, here.
 
-`runtime.seed=N` (any N but 0) seeds Python, NumPy and TensorFlow, which
-costs nothing: the same command on the same machine builds the same
-initial weights and reads the data in the same order, and another seed
-gives another draw. What it does not give is the same weights after
-training: some CPU and GPU kernels sum in an order that varies from run to
-run, and Keras's dropout draws from a stream a resume restarts. The
-default, 0, seeds nothing, as stock TFM seeds nothing: a TensorFlow global
-seed also changes what every op given its own seed draws (TFM's data
-configs' `seed`), so seeding by default would part TFM's experiments from
-stock's runs.
+Every run seeds Python, NumPy and TensorFlow from `runtime.seed` (default
+0), which costs nothing: the same command on the same machine builds the
+same initial weights and reads the data in the same order, and another
+seed gives another draw. Seed 0 gives TensorFlow its own default graph
+seed (`DEFAULT_GRAPH_SEED`), the one it pairs with an op's seed when no
+global seed is set: so every op given a seed of its own (TFM's data
+configs' `seed`) draws what it draws in stock TFM, which sets no global
+seed, and only the ops without one (Keras initializers, an unseeded
+shuffle), random in stock, are fixed. What seeding does not give is the
+same weights after training: some CPU and GPU kernels sum in an order
+that varies from run to run, and Keras's dropout draws from a stream a
+resume restarts.
 
-`runtime.deterministic=true` seeds (0 included) and adds what makes the
-weights bitwise the same, for a run twice and for a run killed and
-resumed against one never interrupted (with the input iterator in the
-checkpoint, `trainer.checkpoint_input_iterator`), at some cost in speed:
+`runtime.deterministic=true` adds what makes the weights bitwise the same,
+for a run twice and for a run killed and resumed against one never
+interrupted (with the input iterator in the checkpoint,
+`trainer.checkpoint_input_iterator`), at some cost in speed:
+
   * TensorFlow op determinism (deterministic kernels, tf.data in order);
   * Keras random layers (dropout...) on `tf.random.Generator`, whose state
     is a variable of the layer and so travels in the checkpoint, where the
@@ -24,20 +27,26 @@ checkpoint, `trainer.checkpoint_input_iterator`), at some cost in speed:
 All of it is process-wide and cannot be undone in the process.
 """
 
+import random
 from typing import Dict
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
+# TensorFlow's: what it pairs with an op's own seed when no global is set.
+from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
+
 
 def apply(runtime) -> bool:
-  """Seeds from `runtime.seed` if given or deterministic; sets deterministic
-  mode if `runtime.deterministic`; returns whether it is set."""
+  """Seeds from `runtime.seed` (see the module); sets deterministic mode
+  if `runtime.deterministic`; returns whether it is set."""
   seed = int(getattr(runtime, "seed", 0) or 0)
   deterministic = bool(getattr(runtime, "deterministic", False))
-  if seed or deterministic:
-    tf_keras.utils.set_random_seed(seed)
+  random.seed(seed)
+  np.random.seed(seed)
+  tf.random.set_seed(seed or random_seed.DEFAULT_GRAPH_SEED)
   if not deterministic:
     return False
   tf.config.experimental.enable_op_determinism()
