@@ -174,3 +174,49 @@ def test_an_evaluator_waiting_for_a_checkpoint_exits_42_on_a_signal(
   time.sleep(3)  # Into its loop of listings.
   _signalled(proc, sig, err, "evaluator, no checkpoint")
   assert "stopped evaluating at step 0" in err.read_text()
+
+
+def test_a_worker_held_by_a_stopped_peer_exits_42_on_a_signal(
+    forked_in, tmp_path):
+  # Two workers train; worker 1 is stopped (SIGSTOP: alive, silent), so
+  # worker 0's step waits in a collective that TensorFlow would end only
+  # once worker 1's heartbeats time out (10 s and more). A SIGTERM to
+  # worker 0 ends it within 2 s: its line names the silent peer and the
+  # last checkpoint, which stays intact; the step it was at is not saved.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "m"
+  workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
+  procs = []
+  for index in range(2):
+    (tmp_path / str(index)).mkdir()
+    procs.append(_started(
+        forked_in, tmp_path / str(index),
+        [f"--model_dir={model_dir}", "--experiment=digits_convnet",
+         "--mode=train", "--params_override=runtime.distribution_strategy="
+         "multi_worker_mirrored,trainer.train_steps=100000,"
+         "trainer.steps_per_loop=100,trainer.checkpoint_interval=100,"
+         "trainer.summary_interval=100000,"
+         "trainer.validation_interval=100000"],
+        env={"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
+                                      "task": {"type": "worker",
+                                               "index": index}})}))
+  (chief, _, err), (peer, _, _) = procs
+  deadline = time.monotonic() + 120
+  while not (model_dir / "ckpt-100.index").exists():
+    assert chief.poll() is None and time.monotonic() < deadline, (
+        err.read_text()[-3000:])
+    time.sleep(0.1)
+  peer.send_signal(signal.SIGSTOP)
+  try:
+    time.sleep(0.5)  # Worker 0 now waits for it.
+    took = _signalled(chief, signal.SIGTERM, err, "held by a stopped peer")
+  finally:
+    peer.send_signal(signal.SIGCONT)
+  assert took < 2.5, took
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert (f"preempted: SIGTERM received while waiting for worker 1 "
+          f"({workers[1]}), which does not answer, in a collective"
+          in err.read_text()), err.read_text()[-3000:]
+  assert f"The last checkpoint, {latest}, is intact." in err.read_text()
+  assert tf.train.load_checkpoint(latest).get_tensor(
+      "global_step/.ATTRIBUTES/VARIABLE_VALUE") == int(latest.split("-")[-1])

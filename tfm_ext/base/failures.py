@@ -738,6 +738,16 @@ def _last_checkpoint() -> str:
           "No checkpoint had been saved yet.")
 
 
+def held(signal_name: str, peer: str) -> Failure:
+  """A signalled worker that a silent `peer` holds in a collective: ended
+  where it waits, unsaved (`tfm_ext.run.preemption.SignalWatcher`)."""
+  return Failure(EXIT_PREEMPTED, _sentences(
+      f"{signal_name} received while waiting for {peer}, which does not "
+      f"answer, in a collective ({_DOING.get(_run.phase, _run.phase)}): "
+      "nothing saved at this step.", _last_checkpoint(),
+      "Restart every worker of the job to resume."), kind="preempted")
+
+
 def aborted(signal_name: str) -> Failure:
   """A job a second signal (`signal_name`, "SIGTERM") ended, unsaved."""
   return Failure(EXIT_PREEMPTED, _sentences(

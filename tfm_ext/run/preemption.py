@@ -16,7 +16,11 @@ What a signal does is decided here, by when it comes:
                                    them stops every one after the same step
                                    (each step ends with a one-number
                                    all-reduce of the workers' stop flags),
-                                   and all save at it
+                                   and all save at it; if a worker that
+                                   does not answer (stopped, frozen, cut
+                                   off) holds a collective, it ends where
+                                   it waits, unsaved, exit 42
+                                   (`SignalWatcher.watch_peers`)
     while a training run evaluates the evaluation ends, then as above
     while an evaluator runs        it stops between evaluations, saves
                                    nothing, exit 42 (`SignalWatcher.stopping`,
@@ -64,7 +68,7 @@ import os
 import signal
 import sys
 import threading
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 import weakref
 
 from absl import logging
@@ -79,6 +83,7 @@ from tfm_ext.base.errors import EXIT_PREEMPTED
 # Raised here; defined on the ground floor, which actions catch them from.
 from tfm_ext.base.errors import Preempted  # pylint: disable=unused-import
 from tfm_ext.base.errors import Stopped  # pylint: disable=unused-import
+from tfm_ext.run import strategies
 
 SIGNALS = startup.SIGNALS
 
@@ -116,6 +121,10 @@ class SignalWatcher:
   # How long the main thread has to take a second signal before the
   # watcher's thread ends the process itself.
   ABORT_GRACE_SECONDS = 1.0
+  # How long a multi-worker run has, after a signal, to reach its
+  # workers' agreement to stop before the watcher asks whether a silent
+  # peer holds it (`watch_peers`), and then again between two asks.
+  HELD_SECONDS = 0.5
 
   def __init__(self, signals: Sequence[int] = SIGNALS,
                ignore_after: bool = False):
@@ -133,6 +142,8 @@ class SignalWatcher:
     self._unraisable_hook = None  # The hook before `_unraisable`.
     self._thread: Optional[threading.Thread] = None
     self._loop_stops: List[tf.Variable] = []
+    self._silent_peer: Optional[Callable[[], str]] = None
+    self._agreed = threading.Event()  # `agreed_to_stop`.
     self._after_first = ("finishing what is in flight, then exiting; a "
                          "second signal ends the job at once without saving")
 
@@ -201,6 +212,32 @@ class SignalWatcher:
     came. A mode that trains raised it already, once it saved."""
     if self.received is not None and stops_on_signal:
       raise Preempted(step, self.signal_name, saved=False)
+
+  def watch_peers(self, silent_peer: Callable[[], str]) -> None:
+    """On the first signal, ends a run that a silent peer holds.
+
+    For a multi-worker run: its way to a safe point (the step in flight,
+    then the workers' agreement to stop) goes through collectives, which
+    wait for every worker, and TensorFlow finds a peer that stopped
+    answering (SIGSTOP, a frozen host, a cut network) only once its
+    heartbeats time out (10 s and more). From the first signal, every
+    `HELD_SECONDS` until the workers agreed (`agreed_to_stop`), the
+    watcher asks `silent_peer()` (`tfm_ext.run.strategies.silent_peer`:
+    '' while every peer answers); once it names one, the process ends
+    where it waits, exit 42, with one line naming that peer and the last
+    checkpoint (`failures.held`). Lost: the steps since that checkpoint
+    (none is saved at the step in flight), and the chief's
+    `run_summary.json` of this run. Kept: every checkpoint and record
+    written before; no save is cut short (they come after the agreement).
+    While every peer answers, the run goes on to its save, however long
+    its step.
+    """
+    self._silent_peer = silent_peer
+
+  def agreed_to_stop(self) -> None:
+    """Says the workers agreed to stop after a signal: what follows (the
+    summaries, the save) waits for no peer, and is not cut short."""
+    self._agreed.set()
 
   def after_first(self, what: str) -> None:
     """Sets what the first signal's console line says comes next."""
@@ -299,6 +336,9 @@ class SignalWatcher:
         for stop in self._loop_stops:
           stop.assign(True)
       _say(f"{name} received: {self._after_first}.", log=by_thread)
+      if self._silent_peer is not None:
+        threading.Thread(target=self._end_if_held, daemon=True,
+                         name="tfm_ext-held").start()
     else:
       _log_off_main(f"Second {name}: exiting without a checkpoint.",
                     now=by_thread)
@@ -309,12 +349,29 @@ class SignalWatcher:
     if self._raised or self._wakeup is None:
       return
     from tfm_ext.base import failures  # pylint: disable=g-import-not-at-top
-    failure = failures.aborted(signal.Signals(signum).name)
-    logging.info("TensorFlow held the main thread %.0fs after a second "
-                 "signal: the signal watcher ends the process.",
-                 self.ABORT_GRACE_SECONDS)
-    _say(failure.line())  # From this thread: the main one may hold stderr.
-    os._exit(failure.code)  # pylint: disable=protected-access
+    _end_now(failures.aborted(signal.Signals(signum).name),
+             f"TensorFlow held the main thread {self.ABORT_GRACE_SECONDS:.0f}s "
+             "after a second signal")
+
+  def _end_if_held(self) -> None:
+    """The held-run thread: see `watch_peers`."""
+    while not self._agreed.wait(self.HELD_SECONDS):
+      if self._wakeup is None:  # The watcher's block is over.
+        return
+      peer = self._silent_peer()
+      if peer and not self._agreed.is_set():
+        from tfm_ext.base import failures  # pylint: disable=g-import-not-at-top
+        _end_now(failures.held(self.signal_name, peer),
+                 f"{peer} did not answer while a collective held the run "
+                 "after a signal")
+
+
+def _end_now(failure, why: str) -> None:
+  """Says `failure` and ends the process with its code, from the watcher's
+  threads (the main one is held in TensorFlow, and may hold stderr)."""
+  logging.info("%s: the signal watcher ends the process.", why)
+  _say(failure.line())
+  os._exit(failure.code)  # pylint: disable=protected-access
 
 
 def _say(line: str, log: bool = True) -> None:
@@ -390,12 +447,15 @@ def stop_within_a_step(trainer, watcher: SignalWatcher,
   With a multi-worker `strategy`, the condition is `any_worker` of the
   workers' variables, agreed before the loop's first step and after each
   step: one all-reduce of one number a step, and every worker stops after
-  the same step.
+  the same step; and a signal's way to the save is bounded when a silent
+  peer holds it (`SignalWatcher.watch_peers`).
 
   Returns False, leaving the trainer as it is (a signal then waits for the
   loop's end), for a loop Orbit does not build: a trainer that overrides
   `create_train_loop_fn`, or a parameter server's (asynchronous) one.
   """
+  if strategy is not None:  # Several workers: a silent one may hold it.
+    watcher.watch_peers(lambda: strategies.silent_peer(strategy))
   options = getattr(trainer, "_train_options", None)
   if (options is None or getattr(trainer, "_is_async", False)
       or type(trainer).create_train_loop_fn not in _ORBIT_LOOPS):
@@ -573,6 +633,8 @@ class SaveAndStopIfPreempted:
         asked = "another worker asked the run to stop"
     if not signalled and asked is None:
       return
+    if signalled:
+      self._watcher.agreed_to_stop()  # Past the last collective.
     if self._summary_manager is not None and output:
       self._summary_manager.write_summaries(
           tf.nest.map_structure(orbit.utils.get_value, output))

@@ -5,6 +5,7 @@ from typing import Optional
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context
 
 from official.common import distribute_utils
 from official.core import config_definitions
@@ -87,6 +88,37 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
   resolver = getattr(strategy, "cluster_resolver", None)
   return bool(resolver and resolver.cluster_spec().jobs
               and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+# How long each peer has to answer `silent_peer`.
+PEER_ANSWER_SECONDS = 0.8
+
+
+def silent_peer(strategy: tf.distribute.Strategy) -> str:
+  """The first other worker of `strategy`'s cluster that does not answer.
+
+  Returns it as `worker 1 (host:port)`, or '' if every one answers. Each
+  is asked for at most `PEER_ANSWER_SECONDS` (TensorFlow's collective
+  health check: its gRPC server answers whatever its main thread does).
+  One that is stopped (SIGSTOP), frozen or cut off does not answer; one
+  that is gone (its port refuses) is not silent: TensorFlow's collectives
+  fail of it at once, and a worker that saved and exited is gone.
+  """
+  resolver = strategy.cluster_resolver
+  spec = resolver.cluster_spec()
+  for job in ("chief", "worker"):
+    for index in spec.task_indices(job) if job in spec.jobs else ():
+      if (job, index) == (resolver.task_type, resolver.task_id):
+        continue
+      try:
+        tf_context.context().check_collective_ops_peer_health(
+            f"/job:{job}/replica:0/task:{index}",
+            timeout_in_ms=int(PEER_ANSWER_SECONDS * 1000))
+      except tf.errors.DeadlineExceededError:
+        return f"{job} {index} ({spec.task_address(job, index)})"
+      except tf.errors.OpError:
+        continue
+  return ""
+
 
 def waits_for(params: config_definitions.ExperimentConfig,
               cluster: Optional[cluster_lib.Cluster]) -> str:
