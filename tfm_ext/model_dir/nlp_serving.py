@@ -18,8 +18,11 @@ Where ours differs from the script: `--function_keys` defaults to `serve`
 `--serving_params` leaves it out, is the sequence length the task's
 evaluation reads (`validation_data.seq_length`; the script leaves it None,
 and `serve_examples` cannot be traced so); the model is built from the
-run's config (the script rebuilds the task from `--config_file`); and
-`params.yaml` is written beside the SavedModel, as the vision path's.
+run's config (the script rebuilds the task from `--config_file` and
+`--task_name`); and `params.yaml` is written beside the SavedModel, as
+the vision path's. Not taken: the script's `--module_key` (an item of a
+multi-task checkpoint) and `--convert_tpu` (Cloud TPU's converter, not in
+tf-models-official).
 """
 
 import dataclasses
