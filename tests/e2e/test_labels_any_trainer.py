@@ -5,7 +5,9 @@ TFM's image classification one-hot-encodes its labels: a label past
 (`tfm_ext.training.labels`) is the task's input's, made so by the launcher
 (`labels.check_inputs`): TFM's own trainer (`trainer.name=tfm_base`) meets
 it as `CustomTrainer` does (tests/base/test_failures.py runs that one),
-and with labels in range it trains as stock TFM does, bit for bit.
+and with labels in range it trains as stock TFM does, bit for bit (in the
+full tier, beside the matrix of tests/e2e/test_tfm_experiments.py whose
+stock run it shares: it adds one ResNet run).
 """
 
 import os
@@ -50,6 +52,8 @@ def test_tfm_base_labels_past_num_classes_are_exit_3_naming_both(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not tfm.FULL, reason="TFM_EXT_FULL_TFM_MATRIX=1 or "
+                    "TFM_EXT_NIGHTLY=1 runs it: one more ResNet run")
 def test_tfm_base_with_labels_in_range_trains_as_stock_tfm(trained, ours,
                                                            tmp_path):
   # The check changes no value: TFM's trainer through our launcher, its
