@@ -21,6 +21,14 @@ factories say) and a task of no project take the generic path
 (`tfm_ext.model_dir.export`). The scripts are never imported: they
 define absl flags at import, which clash with the launcher's and each
 other's.
+
+Where this differs from a script, it is in what a script hard-codes
+rather than takes from its flags: volumetric_models' builds its module for
+a batch of 1 and `--num_channels` (default 1) channels, here the
+`--batch_size` given and the module's 3; DeepMAC's builds its module
+for `image_tensor` whatever `--input_type` says, which shows for
+`tflite` only (its script's module preprocesses; here, as in vision's
+exporter, it does not). YOLO's is equal: tests/e2e/test_project_export.py.
 """
 
 import importlib
@@ -35,6 +43,7 @@ import gin
 from official.core import config_definitions
 from official.core import export_base
 
+from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import tfm_serving
 
 _PROJECTS = "official.projects."
@@ -65,10 +74,21 @@ def builder(package: str) -> Optional[Callable[..., export_base.ExportModule]]:
   """The export module builder `package` defines: its `get_export_module`,
   else its one `ExportModule` class; None where it has neither, or several
   classes and no factory to choose (logged: which one a script uses cannot
-  be told)."""
-  # Gin is locked by then; their configurables are added all the same.
-  with gin.unlock_config():
-    modules = [importlib.import_module(name) for name in _library(package)]
+  be told).
+
+  Raises:
+    UsageError: a module of `package` cannot be imported (it needs a package
+      that is not installed).
+  """
+  try:
+    # Gin is locked by then; their configurables are added all the same.
+    with gin.unlock_config():
+      modules = [importlib.import_module(name) for name in _library(package)]
+  except ImportError as e:
+    raise UsageError(
+        f"{package}, where this task's project keeps its export module, "
+        f"cannot be imported here: {e}. Install what it needs, then export "
+        "again.") from e
   factories = [m.__dict__[_FACTORY] for m in modules if _FACTORY in m.__dict__]
   if factories:
     return factories[0]
