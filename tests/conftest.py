@@ -39,8 +39,8 @@ SMOKE = ("trainer.train_steps=40,trainer.steps_per_loop=10,"
 
 def _starts_processes(item) -> bool:
   """Whether a test starts processes: a launch fixture or `subprocess`."""
-  if {"launch", "start", "launch_forked", "start_forked"} & set(
-      item.fixturenames):
+  if {"launch", "start", "launch_forked", "start_forked", "run_forked",
+      "forked_in"} & set(item.fixturenames):
     return True
   codes = [item.function.__code__] if hasattr(item, "function") else []
   while codes:  # The test's code and the functions defined in it.

@@ -10,8 +10,6 @@ combinations); so must we.
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -26,11 +24,12 @@ SUITES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(SUITES))
-def test_tfms_trainer_tests_pass_on_tfm_ext(module):
-  proc = subprocess.run(
-      [sys.executable, "tests/tfm_core_suites.py", module], cwd=REPO,
-      capture_output=True, text=True, timeout=600,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+def test_tfms_trainer_tests_pass_on_tfm_ext(module, run_forked):
+  # Forked from a process that imported TensorFlow and TFM once (conftest's
+  # `run_forked`): the suite runs in a process of its own all the same.
+  proc = run_forked(os.path.join(REPO, "tests", "tfm_core_suites.py"), module,
+                    timeout=600, env={"PYTHONPATH": REPO,
+                                      "TF_CPP_MIN_LOG_LEVEL": "2"})
   record = json.loads(proc.stdout.strip().splitlines()[-1])
   passes, ours = SUITES[module]
   assert record["failed"] == [], proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -1,10 +1,9 @@
 """params.yaml both ways: stock TFM parses ours, and we resume what stock wrote."""
 
 import os
-import subprocess
-import sys
 
 import pytest
+import official
 import tensorflow as tf
 import yaml
 
@@ -84,7 +83,10 @@ RESNET10 = {
 
 
 def test_tfms_resnet_trains_stock_then_ours_then_stock_in_one_model_dir(
-    tmp_path, imagenet_dir):  # pylint: disable=redefined-outer-name
+    tmp_path, imagenet_dir, run_forked):  # pylint: disable=redefined-outer-name
+  # Each run is its own process, forked from one that imported TensorFlow
+  # and TFM once (conftest's `run_forked`): stock's is TFM's own train.py
+  # run as `python official/vision/train.py` runs it.
   config = dict(RESNET10)
   config["task"]["train_data"]["input_path"] = f"{imagenet_dir}/train-*"
   config["task"]["validation_data"]["input_path"] = (
@@ -92,21 +94,21 @@ def test_tfms_resnet_trains_stock_then_ours_then_stock_in_one_model_dir(
   config_file = tmp_path / "resnet10.yaml"
   config_file.write_text(yaml.safe_dump(config))
   model_dir = tmp_path / "m"
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
 
-  def train(command, steps, config=config_file):
-    proc = subprocess.run(
-        command + ["--experiment=resnet_imagenet", "--mode=train",
-                   f"--model_dir={model_dir}", f"--config_file={config}",
-                   f"--params_override=trainer.train_steps={steps}"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+  def train(script, steps, config=config_file):
+    proc = run_forked(
+        script, "--experiment=resnet_imagenet", "--mode=train",
+        f"--model_dir={model_dir}", f"--config_file={config}",
+        f"--params_override=trainer.train_steps={steps}",
+        env={"PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
-  stock = [sys.executable, "-m", "official.vision.train"]
+  stock = os.path.join(os.path.dirname(official.__file__), "vision",
+                       "train.py")
   train(stock, 1)
   # The four-line fork resumes stock's model_dir, no --allow_config_change.
-  ours = train([sys.executable, "tests/downstream/tfm_vision_train.py"], 2)
+  ours = train(os.path.join(REPO, "tests/downstream/tfm_vision_train.py"), 2)
   assert "done | train | step 2" in ours.stdout, ours.stdout
   # Stock resumes ours, parsing our params.yaml strictly as its config.
   ours_params = tmp_path / "ours_params.yaml"
