@@ -14,16 +14,12 @@ slowed up to 1.5 s) are in the note of issue 34.
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
 from conftest import REPO
-from conftest import TRAIN
 import gcs_box as gcs_box_lib
 
 # pylint: disable=redefined-outer-name
@@ -31,13 +27,18 @@ import gcs_box as gcs_box_lib
 # A racer: each round, on a dir of its own, it looks at the lease, is slowed
 # by DELAY seconds (where a loaded host or a slow request stalls it), then
 # claims; a winner holds the lease HOLD seconds. It prints what happened.
+# Forked in the box from a process that imported TensorFlow once
+# (conftest's `forked_in`); the rounds start at the time the file GO holds.
 RACER = """
-import json, sys, time
+import json, os, sys, time
 from tfm_ext.base.errors import UsageError
 from tfm_ext.model_dir import lease
-base, rounds, period, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+base, rounds, period, delay, go = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 print("ready", flush=True)
-t0 = float(sys.stdin.readline())
+while not os.path.exists(go):
+  time.sleep(0.01)
+with open(go) as f:
+  t0 = float(f.read())
 for r in range(rounds):
   slow = [delay]
   def clock():
@@ -58,28 +59,32 @@ for r in range(rounds):
 
 
 @pytest.mark.slow
-def test_racing_trainers_on_a_bucket_never_both_take_the_lease(gcs_box):
+def test_racing_trainers_on_a_bucket_never_both_take_the_lease(
+    gcs_box, forked_in, tmp_path):
   """Slowed racers: a settle-and-read-back lease let two win in 6 of 6."""
   base = gcs_box.bucket_url(f"race-{uuid.uuid4().hex[:8]}")
   rounds, period, delays = 2, 6.0, (0.0, 0.7, 1.5)
-  racers = [gcs_box.start(
-      [sys.executable, "-c", RACER, base, str(rounds), str(period),
-       str(delay)], env=dict(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"),
-      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True) for delay in delays]
-  try:
-    for racer in racers:  # TensorFlow imported: start the rounds together.
-      assert racer.stdout.readline().strip() == "ready", racer.communicate()
-    t0 = time.time() + 1
-    for racer in racers:
-      racer.stdin.write(f"{t0}\n")
-      racer.stdin.flush()
-    outputs = [racer.communicate(timeout=120 + rounds * period)
-               for racer in racers]
-  finally:
-    for racer in racers:
-      racer.kill()
-      racer.wait()
+  script, go = tmp_path / "racer.py", tmp_path / "go"
+  script.write_text(RACER)
+  racers = []
+  for i, delay in enumerate(delays):
+    out, err = tmp_path / f"{i}.stdout", tmp_path / f"{i}.stderr"
+    racers.append(forked_in.start(
+        gcs_box, [base, str(rounds), str(period), str(delay), str(go)],
+        stdout=out, stderr=err, script=str(script)))
+    racers[-1].out, racers[-1].err = out, err
+  deadline = time.monotonic() + 120
+  for racer in racers:  # Its modules imported: start the rounds together.
+    while not racer.out.read_text().startswith("ready\n"):
+      assert racer.poll() is None, racer.err.read_text()[-3000:]
+      assert time.monotonic() < deadline, "a racer is not ready"
+      time.sleep(0.05)
+  (tmp_path / "go.tmp").write_text(str(time.time() + 1))
+  os.rename(tmp_path / "go.tmp", go)
+  for racer in racers:
+    racer.wait(timeout=120 + rounds * period)
+  outputs = [(r.out.read_text().split("\n", 1)[1], r.err.read_text())
+             for r in racers]
   report = "\n".join(f"racer {r.pid} (exit {r.returncode}):\n{out}{err[-2000:]}"
                      for r, (out, err) in zip(racers, outputs))
   assert all(r.returncode == 0 for r in racers), report
@@ -140,12 +145,13 @@ for case in ("longer", "as long", "shorter"):
 
 
 def test_a_holder_reads_a_takeover_through_tfs_stat_cache_and_stops(
-    gcs_box):
+    gcs_box, forked_in, tmp_path):
   model_dir = gcs_box.bucket_url(f"taken-{uuid.uuid4().hex[:8]}")
-  proc = gcs_box.run(
-      [sys.executable, "-c", TAKEN_OVER, model_dir, gcs_box.bucket,
-       str(gcs_box_lib.EMULATOR_PORT)],
-      env=dict(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"), timeout=180)
+  script = tmp_path / "taken_over.py"  # Forked in the box, as RACER is.
+  script.write_text(TAKEN_OVER)
+  proc = forked_in.run(
+      gcs_box, [model_dir, gcs_box.bucket, str(gcs_box_lib.EMULATOR_PORT)],
+      script=str(script), timeout=180)
   assert proc.returncode == 0, proc
   outcomes = [json.loads(line) for line in proc.stdout.splitlines()]
   assert [(o["case"], (o["theirs"] > o["mine"]) - (o["theirs"] < o["mine"]))
@@ -158,11 +164,10 @@ def test_a_holder_reads_a_takeover_through_tfs_stat_cache_and_stops(
 
 @pytest.mark.slow
 def test_two_trainers_staggered_on_a_bucket_one_trains_the_other_exits_2(
-    gcs_box, data_dir, tmp_path):
-  """Launched as a user does, 0 s and 2 s apart; the loser names the winner."""
+    gcs_box, forked_in, tmp_path):
+  """Launched 0 s and 2 s apart (forked: their start-up is not what this is
+  about, their lease is); the loser names the winner."""
   os.makedirs(tmp_path / "tmp")
-  env = dict(TFM_EXT_DATA_DIR=data_dir, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=REPO, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
   argv = ["--experiment=digits_convnet", "--mode=train", (
       "--params_override=trainer.train_steps=1000000,trainer.steps_per_loop=10,"
       "trainer.summary_interval=10,trainer.checkpoint_interval=10")]
@@ -170,50 +175,45 @@ def test_two_trainers_staggered_on_a_bucket_one_trains_the_other_exits_2(
                       for stagger in (0.0, 2.0)}
 
   def start(prefix):
-    # Its log to a file: a pipe nobody reads would stall a winner left to run.
-    with open(tmp_path / f"{len(jobs)}.log", "w") as log:
-      jobs.append(gcs_box.start(
-          [sys.executable, TRAIN, f"--model_dir={gcs_box.bucket_url(prefix)}",
-           *argv], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-          text=True))
-    jobs[-1].log = tmp_path / f"{len(jobs) - 1}.log"
+    # Its output to files: a pipe nobody reads would stall a winner left to run.
+    out, err = (tmp_path / f"{len(jobs)}.{n}" for n in ("stdout", "stderr"))
+    jobs.append(forked_in.start(
+        gcs_box, [f"--model_dir={gcs_box.bucket_url(prefix)}", *argv],
+        stdout=out, stderr=err, env={"TMPDIR": str(tmp_path / "tmp")},
+        cwd=REPO))
+    jobs[-1].out, jobs[-1].log = out, err
     return jobs[-1]
 
-  try:
-    # The pairs side by side; in each, the second `stagger` s after the first.
-    began = time.monotonic()
-    for prefix, pair in pairs.values():
-      pair.append(start(prefix))
-    for stagger, (prefix, pair) in sorted(pairs.items()):
-      time.sleep(max(0.0, began + stagger - time.monotonic()))
-      pair.append(start(prefix))
-    for stagger, (prefix, pair) in pairs.items():
-      deadline = time.monotonic() + 300
-      while all(job.poll() is None for job in pair):
-        assert time.monotonic() < deadline, (stagger, "both still running")
-        time.sleep(0.2)
-      loser, winner = pair if pair[0].poll() is not None else pair[::-1]
-      loser.communicate(timeout=60)
-      err = loser.log.read_text()
-      report = f"stagger {stagger}: exit {loser.returncode}\n{err[-4000:]}"
-      assert loser.returncode == 2, report
-      assert "Traceback" not in err, report
-      errors = [l for l in err.splitlines() if l.startswith("error:")]
-      assert len(errors) == 1 and re.search(
-          rf"in use by another trainer \(host \S+, pid {winner.pid}, started"
-          r" .* UTC, last heartbeat \d+s ago\)", errors[0]), report
-      # The other trains, alone: one training start, its lease.
-      for line in winner.stdout:
-        if line.startswith("step "):
-          break
-      assert winner.poll() is None, (stagger, winner.communicate())
-      record = json.loads(gcs_box.read(f"{prefix}/trainer_lease.json"))
-      assert record["pid"] == winner.pid, report
-      starts = [n for n in gcs_box.list(f"{prefix}/training_starts/")
-                if n.endswith(".json")]
-      assert len(starts) == 1, (starts, report)
-      winner.send_signal(signal.SIGKILL)
-  finally:
-    for job in jobs:
-      job.kill()
-      job.communicate()
+  # The pairs side by side; in each, the second `stagger` s after the first.
+  began = time.monotonic()
+  for prefix, pair in pairs.values():
+    pair.append(start(prefix))
+  for stagger, (prefix, pair) in sorted(pairs.items()):
+    time.sleep(max(0.0, began + stagger - time.monotonic()))
+    pair.append(start(prefix))
+  for stagger, (prefix, pair) in pairs.items():
+    deadline = time.monotonic() + 300
+    while all(job.poll() is None for job in pair):
+      assert time.monotonic() < deadline, (stagger, "both still running")
+      time.sleep(0.2)
+    loser, winner = pair if pair[0].poll() is not None else pair[::-1]
+    err = loser.log.read_text()
+    report = f"stagger {stagger}: exit {loser.returncode}\n{err[-4000:]}"
+    assert loser.returncode == 2, report
+    assert "Traceback" not in err, report
+    errors = [l for l in err.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and re.search(
+        rf"in use by another trainer \(host \S+, pid {winner.pid}, started"
+        r" .* UTC, last heartbeat \d+s ago\)", errors[0]), report
+    # The other trains, alone: one training start, its lease.
+    while not re.search(r"^step ", winner.out.read_text(), re.M):
+      assert winner.poll() is None, (stagger, winner.log.read_text()[-3000:])
+      assert time.monotonic() < deadline, (stagger, "the winner trains not")
+      time.sleep(0.2)
+    assert winner.poll() is None, (stagger, winner.log.read_text()[-3000:])
+    record = json.loads(gcs_box.read(f"{prefix}/trainer_lease.json"))
+    assert record["pid"] == winner.pid, report
+    starts = [n for n in gcs_box.list(f"{prefix}/training_starts/")
+              if n.endswith(".json")]
+    assert len(starts) == 1, (starts, report)
+    winner.kill()
