@@ -131,6 +131,11 @@ def unknown_message(name: str) -> str:
     if registry:
       return message + (f" TFM's {where} registers it: pass "
                         f"--registry={registry}.")
+    apart = registries_apart(name, where)
+    if apart:
+      return message + (f" TFM's {where} registers it, and {apart[1]} its "
+                        "task: pass " + " ".join(
+                            f"--registry={m}" for m in apart) + ".")
     return message + (f" TFM's {where} registers it, but it cannot be "
                       f"imported here: {failed}")
   return message + (
@@ -146,6 +151,12 @@ def tfm_module_registering(name: str) -> Optional[str]:
   Read as text, not imported: most of TFM's families need packages of
   their own.
   """
+  return next(_tfm_modules(lambda text: name in _REGISTERED_AS.findall(text)),
+              None)
+
+
+def _tfm_modules(matches: Callable[[str], Any]):
+  """The modules of TFM's source (tests left out) whose text `matches`."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(exp_factory.__file__)))
   top = os.path.dirname(root)
   for folder, dirs, files in os.walk(root):
@@ -159,9 +170,41 @@ def tfm_module_registering(name: str) -> Optional[str]:
           text = f.read()
       except (OSError, UnicodeError):
         continue
-      if name in _REGISTERED_AS.findall(text):
-        return os.path.relpath(path, top)[:-len(".py")].replace(os.sep, ".")
-  return None
+      if matches(text):
+        yield os.path.relpath(path, top)[:-len(".py")].replace(os.sep, ".")
+
+
+def registries_apart(name: str, module: str) -> List[str]:
+  """`[module, M]`: TFM's `module` registers experiment `name` and M its
+  task, where no registry module imports both (DETR: `configs.detr` and
+  `tasks.detection`, which its own train.py imports); [] if none does.
+
+  M is found by its text (`register_task_cls(<the task config's class>)`,
+  nearest to `module` first) and checked by importing it, after `module`
+  (`registry_registering` imported it).
+  """
+  factory = registered().get(name)
+  try:
+    task_class = type(factory().task) if factory else None
+  except Exception as e:  # pylint: disable=broad-except
+    failures.reraise_interrupt(e)
+    task_class = None
+  if task_class is None:
+    return []
+  registers = re.compile(r"register_task_cls\(\s*(?:[\w.]+\.)?"
+                         + re.escape(task_class.__name__) + r"\s*\)")
+  shared = lambda m: len(os.path.commonprefix([m.split("."), module.split(".")]))
+  for candidate in sorted(_tfm_modules(registers.search), key=shared,
+                          reverse=True):
+    try:
+      with gin.unlock_config():
+        importlib.import_module(candidate)
+    except Exception as e:  # pylint: disable=broad-except
+      failures.reraise_interrupt(e)
+      continue
+    if _registers_task(name):
+      return [module, candidate]
+  return []
 
 
 def registry_for(module: str) -> str:
