@@ -69,8 +69,10 @@ from official.projects.volumetric_models.configs import semantic_segmentation_3d
 from official.projects.yolo.configs import yolov7
 from official.vision.configs import retinanet
 from tfm_ext.model_dir import project_serving
+class DownstreamYolo(yolov7.YoloV7Task):  # A repository's own, not TFM's.
+  pass
 found = {}
-for task in (yolov7.YoloV7Task(), detr.DetrTask(),
+for task in (DownstreamYolo(), yolov7.YoloV7Task(), detr.DetrTask(),
              deep_mask_head_rcnn.DeepMaskHeadRCNNTask(),
              semantic_segmentation_3d.SemanticSegmentation3DTask(),
              retinanet.RetinaNetTask()):
@@ -89,6 +91,8 @@ def test_a_projects_task_finds_the_module_its_projects_script_builds(
   assert looked_up.returncode == 0, looked_up.stderr[-3000:]
   serving = "official.projects.{}.serving.{}".format
   assert json.loads(looked_up.stdout.splitlines()[-1]) == {
+      "DownstreamYolo": serving("yolo",
+                                "export_module_factory.get_export_module"),
       "YoloV7Task": serving("yolo", "export_module_factory.get_export_module"),
       "DetrTask": serving("detr", "export_module.DETRModule"),
       "DeepMaskHeadRCNNTask": serving("deepmac_maskrcnn",

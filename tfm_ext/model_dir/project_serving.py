@@ -53,9 +53,10 @@ _FACTORY = "get_export_module"
 
 def serving_package(*owners) -> Optional[str]:
   """`official.projects.<name>.serving` of the first of `owners` (a task,
-  its config) whose class a TFM project defines, if that project has one."""
-  for owner in owners:
-    module = type(owner).__module__
+  its config) whose class, or a class it derives from (a downstream
+  subclass of YOLO's task), a TFM project defines, if that project has one."""
+  for cls in (c for owner in owners for c in type(owner).__mro__):
+    module = cls.__module__
     if module.startswith(_PROJECTS):
       package = ".".join(module.split(".")[:3]) + ".serving"
       if _spec(package) is not None:
