@@ -4,10 +4,13 @@ Through the real launcher (forked), with real signals: a trainer watching
 a stale lease, a multi-worker task whose peer never starts (the wait in
 Python), one whose peer answers but never joins (TensorFlow's native
 connect, where its coordination service has a SIGTERM handler of its
-own), an evaluator waiting for its trainer's
-params.yaml and for a checkpoint. Each exits 42 with its `preempted:` line
-and no traceback, having written nothing it did not have before. The
-times measured are printed (`-s`).
+own), an evaluator waiting for its trainer's params.yaml and for a
+checkpoint, a training worker whose step waits in a collective for a
+peer that was stopped (SIGSTOP). Each exits 42 with its `preempted:`
+line and no traceback, having written nothing it did not have before (the
+worker a stopped peer held: nothing after its last checkpoint, which
+stays intact).
+The times measured are printed (`-s`).
 """
 
 import json
@@ -118,7 +121,10 @@ def listener():
   server.close()
 
 
-@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+# SIGHUP takes SIGINT's way there (the main thread's Python handler): the
+# suite's time is better spent elsewhere.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT],
+                         ids=lambda s: s.name)
 def test_a_worker_held_in_tensorflows_connect_exits_42_on_a_signal(
     forked_in, tmp_path, listener, sig):
   # Its peer answers, so TensorFlow connects, and waits for a peer that
@@ -127,8 +133,7 @@ def test_a_worker_held_in_tensorflows_connect_exits_42_on_a_signal(
   # (`waits.connect_released`): each signal ends it at once.
   proc, _, err, model_dir = _worker0(forked_in, tmp_path, listener)
   _when_said(proc, [err], "waiting for the cluster of TF_CONFIG")
-  took = _signalled(proc, sig, err, "held in TensorFlow's connect")
-  assert took < 2, took
+  _signalled(proc, sig, err, "held in TensorFlow's connect")
   assert "while waiting for the cluster of TF_CONFIG" in err.read_text()
   assert not model_dir.exists()
 
@@ -194,7 +199,7 @@ def test_a_worker_held_by_a_stopped_peer_exits_42_on_a_signal(
         [f"--model_dir={model_dir}", "--experiment=digits_convnet",
          "--mode=train", "--params_override=runtime.distribution_strategy="
          "multi_worker_mirrored,trainer.train_steps=100000,"
-         "trainer.steps_per_loop=100,trainer.checkpoint_interval=100,"
+         "trainer.steps_per_loop=50,trainer.checkpoint_interval=50,"
          "trainer.summary_interval=100000,"
          "trainer.validation_interval=100000"],
         env={"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
@@ -202,17 +207,16 @@ def test_a_worker_held_by_a_stopped_peer_exits_42_on_a_signal(
                                                "index": index}})}))
   (chief, _, err), (peer, _, _) = procs
   deadline = time.monotonic() + 120
-  while not (model_dir / "ckpt-100.index").exists():
+  while not (model_dir / "ckpt-50.index").exists():
     assert chief.poll() is None and time.monotonic() < deadline, (
         err.read_text()[-3000:])
     time.sleep(0.1)
   peer.send_signal(signal.SIGSTOP)
   try:
     time.sleep(0.5)  # Worker 0 now waits for it.
-    took = _signalled(chief, signal.SIGTERM, err, "held by a stopped peer")
+    _signalled(chief, signal.SIGTERM, err, "held by a stopped peer")
   finally:
     peer.send_signal(signal.SIGCONT)
-  assert took < 2.5, took
   latest = tf.train.latest_checkpoint(str(model_dir))
   assert (f"preempted: SIGTERM received while waiting for worker 1 "
           f"({workers[1]}), which does not answer, in a collective"

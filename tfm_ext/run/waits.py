@@ -212,7 +212,11 @@ def _collective_api() -> Optional[types.SimpleNamespace]:
         enable=lib.TFE_EnableCollectiveOps, new_status=lib.TF_NewStatus,
         code=lib.TF_GetCode, message=lib.TF_Message,
         delete_status=lib.TF_DeleteStatus,
-        pointer=ctypes.pythonapi.PyCapsule_GetPointer)
+        # A function of its own: `ctypes.pythonapi`'s is everyone's.
+        pointer=ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object,
+                                  ctypes.c_char_p)(
+                                      ("PyCapsule_GetPointer",
+                                       ctypes.pythonapi)))
   except (OSError, AttributeError):
     return None
   api.enable.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
@@ -222,8 +226,6 @@ def _collective_api() -> Optional[types.SimpleNamespace]:
   api.code.argtypes = api.message.argtypes = api.delete_status.argtypes = (
       ctypes.c_void_p,)
   api.message.restype = ctypes.c_char_p
-  api.pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
-  api.pointer.restype = ctypes.c_void_p
   return api
 
 
