@@ -227,7 +227,8 @@ class SignalWatcher:
     where it waits, exit 42, with one line naming that peer and the last
     checkpoint (`failures.held`). Lost: the steps since that checkpoint
     (none is saved at the step in flight), and the chief's
-    `run_summary.json` of this run. Kept: every checkpoint and record
+    `run_summary.json` of this run (its trainer lease is left, for the
+    relaunch to take over, as after a kill). Kept: every checkpoint and record
     written before; no save is cut short (they come after the agreement).
     While every peer answers, the run goes on to its save, however long
     its step.
