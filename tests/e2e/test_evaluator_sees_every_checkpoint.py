@@ -175,7 +175,9 @@ def _local_log(model_dir):
 @pytest.mark.slow
 def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
                                                            tmp_path):
-  dirs = {s: tmp_path / s for s in ("before", "with", "after")}
+  # An evaluator started after its trainer, on local disk, is the late
+  # evaluator's test below (its warning and ledger checked as `_check` does).
+  dirs = {s: tmp_path / s for s in ("before", "with")}
   evaluators = {"before": start_forked(EXPERIMENT, "--mode=continuous_eval",
                                        OVERRIDE, model_dir=dirs["before"])}
   evaluators["before"].wait_for_line(lambda l: l.startswith("waiting up to"))
@@ -186,8 +188,6 @@ def test_on_local_disk_the_evaluator_sees_every_checkpoint(start_forked,
   trained = {s: t.finish(timeout=600) for s, t in trainers.items()}
   for result in trained.values():
     assert result.returncode == 0, result
-  evaluators["after"] = start_forked(EXPERIMENT, "--mode=continuous_eval",
-                                     OVERRIDE, model_dir=dirs["after"])
   notes = []
   for scenario, evaluator in evaluators.items():
     evaluated = evaluator.finish(timeout=600)
@@ -356,3 +356,18 @@ def test_a_late_evaluator_says_which_checkpoints_it_missed_and_why(
           (130, "unreadable")], missed
   assert all(m["why"] == eval_ledger.UNWATCHED for m in missed[:-1])
   assert missed[-1]["why"].startswith("its files do not read ("), missed
+  # The trainer, with no evaluator present, kept nothing for one: it
+  # recorded what it rotated away and warned of it; each evaluation ran
+  # once; the evaluator's presence is gone.
+  log = _local_log(str(model_dir))
+  assert re.search(r"Evaluator \S+ is live", log) is None
+  warned = re.search(r"(\d+) checkpoint\(s\) were deleted by the trainer's "
+                     r"max_to_keep while no evaluator was present", log)
+  assert warned and int(warned[1]) == 10, log[-3000:]
+  entries = eval_ledger.read_ledger(str(model_dir))
+  assert [e["global_step"] for e in entries] == list(range(10, 151, 10))
+  assert all(e["evaluator"] == "trainer" for e in entries[:10]), entries
+  ran = [int(s) for s in re.findall(r"^eval @ step (\d+) \| (?!batch )",
+                                    evaluated.stdout, re.M)]
+  assert ran == [110, 120, 140, 150], ran
+  assert not os.listdir(model_dir / eval_claims.PRESENCE)
