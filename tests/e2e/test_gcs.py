@@ -374,10 +374,15 @@ print("read_object:", json.dumps(files.read_object(path, {"token": str})))
 """
 
 
-def test_a_record_rewritten_by_another_process_is_read_whole(gcs_box):
+def test_a_record_rewritten_by_another_process_is_read_whole(
+    gcs_box, forked_in, tmp_path):
   """TF's stat cache at its default: a re-read, never a crash or a cut."""
   path = gcs_box.bucket_url(f"stale-{uuid.uuid4().hex[:8]}/lease.json")
-  proc = gcs_box.run([sys.executable, "-c", _STALE_READ, path])
+  # The reader forked in the box from a process that imported TensorFlow
+  # (conftest's `forked_in`); the writer is `do`'s process, started afresh.
+  script = tmp_path / "stale_read.py"
+  script.write_text(_STALE_READ)
+  proc = forked_in.run(gcs_box, [path], script=str(script))
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   # What TensorFlow's client does without the re-read, then ours.
   assert "plain read: File contents are inconsistent" in proc.stdout, proc
