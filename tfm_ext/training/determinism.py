@@ -13,7 +13,9 @@ same weights after training: some CPU and GPU kernels sum in an order
 that varies from run to run, and Keras's dropout draws from a stream a
 resume restarts.
 
-`runtime.deterministic=true` adds what makes the weights bitwise the same,
+`runtime.deterministic=true` seeds TensorFlow with the seed itself, 0
+included (its runs draw as they always have, none of them stock's), and
+adds what makes the weights bitwise the same,
 for a run twice and for a run killed and resumed against one never
 interrupted (with the input iterator in the checkpoint,
 `trainer.checkpoint_input_iterator`), at some cost in speed:
@@ -46,7 +48,8 @@ def apply(runtime) -> bool:
   deterministic = bool(getattr(runtime, "deterministic", False))
   random.seed(seed)
   np.random.seed(seed)
-  tf.random.set_seed(seed or random_seed.DEFAULT_GRAPH_SEED)
+  tf.random.set_seed(seed if seed or deterministic
+                     else random_seed.DEFAULT_GRAPH_SEED)
   if not deterministic:
     return False
   tf.config.experimental.enable_op_determinism()
