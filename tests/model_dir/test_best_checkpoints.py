@@ -7,6 +7,7 @@ import threading
 import pytest
 import tensorflow as tf
 
+from tfm_ext.base import signalled
 from tfm_ext.model_dir import best_checkpoints
 
 
@@ -301,10 +302,22 @@ def test_exporters_beside_each_other_rank_against_each_others_records(
   assert [e["global_step"] for e in make(tmp_path, k=1).kept] == [200]
 
 
-def test_two_exporters_of_one_step_at_once_write_it_once(tmp_path):
+@pytest.fixture(params=["", "after a stop signal"])
+def signal_came(request):
+  """Whether a stop signal came (the run's flag set) as they export."""
+  if request.param:
+    signalled.set()
+  yield request.param
+  signalled.clear()
+
+
+def test_two_exporters_of_one_step_at_once_write_it_once(tmp_path,
+                                                         signal_came):
   # The trainer and an evaluator beside it evaluated the same step and
   # export it at the same moment (the chaos run found their writes of
-  # `best_ckpt-<step>` colliding in TensorFlow's `_temp` staging).
+  # `best_ckpt-<step>` colliding in TensorFlow's `_temp` staging). After a
+  # signal a bid still waits for the larger one to withdraw: had it given
+  # up, neither would have written the step.
   exporters = [make(tmp_path, k=2), make(tmp_path, k=2)]
   checkpoints = [tf.train.Checkpoint(v=tf.Variable(tf.zeros([1 << 19])))
                  for _ in exporters]

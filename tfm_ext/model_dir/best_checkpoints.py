@@ -42,7 +42,6 @@ from official.core import train_utils
 from tfm_ext.base import logs
 from tfm_ext.base import values
 from tfm_ext.base import settings
-from tfm_ext.base import signalled
 from tfm_ext.model_dir import checkpoint_state
 from tfm_ext.model_dir import claim
 from tfm_ext.model_dir import files
@@ -237,9 +236,8 @@ class TopKCheckpointExporter:
     self._me = claim.Process.this()
     self._bidding = claim.Bidding(
         claim.Judge(settings.get().claim_stale_seconds, me=self._me),
-        claim.Unchanged(time.monotonic), signalled.sleep, time.monotonic,
-        BID_POLL_SECONDS, settings.get().claim_renew_seconds,
-        stop=signalled.came)
+        claim.Unchanged(time.monotonic), time.sleep, time.monotonic,
+        BID_POLL_SECONDS, settings.get().claim_renew_seconds)
     self._entries: List[Dict[str, Any]] = self._load()
     self.repair()
 

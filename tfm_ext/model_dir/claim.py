@@ -379,7 +379,9 @@ class Bidding:
       are there.
     renew_seconds: how often a waiting bid beats, so that others do not
       judge it stale.
-    stop: whether to give up waiting (a stop signal): the bid then loses.
+
+  A bid waits on in spite of a stop signal: a larger bid that saw this one
+  has lost, and gives up what it bid for to this one.
   """
   judge: Judge
   unchanged: Unchanged
@@ -387,7 +389,6 @@ class Bidding:
   clock: Callable[[], float]
   poll_seconds: float
   renew_seconds: float
-  stop: Callable[[], bool] = lambda: False
 
 
 @contextlib.contextmanager
@@ -452,8 +453,6 @@ def _contest(directory: str, name: str, token: str, mine: "Record",
       for other in gone:
         remove(other["path"])
       return token
-    if how.stop():
-      return ""
     how.sleep(how.poll_seconds)  # Larger bids: they withdraw.
     if how.clock() - renewed >= how.renew_seconds:
       mine.renew()  # A beat: this bid still waits.
