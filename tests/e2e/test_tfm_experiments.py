@@ -85,10 +85,13 @@ tests, 6.8 minutes wall, 6.3 CPU minutes. RetinaNet's figures predate its
 FPN levels 3 and 4 of one anchor a location (were 3 to 5 of 9; its YAML
 says what that saved).
 
-bert/tagging runs every point in every suite; bert/sentence_prediction
-(the same encoder and reader; another head and serving module) only with
-`TFM_EXT_FULL_TFM_MATRIX=1`: its fixture runs stock once more (the
-evaluation of our checkpoint), and its training is compared loosely.
+The NLP rows run with `TFM_EXT_FULL_TFM_MATRIX=1` (or the nightly tier):
+the suite's 15 minutes on 2 cores have no room for them (the fresh-clone
+CI, 804 s of tests with them, 892 s with the venv's install).
+bert/sentence_prediction (the same encoder and reader; another head and
+serving module) runs stock once more (the evaluation of our checkpoint),
+and its training is compared loosely. In every suite NLP's export is
+checked by tests/model_dir/test_nlp_serving.py (module, params, refusals).
 Measured on 2026-12-08 (`-n 0`, load average 8 to 9 on 2 cores): tagging's
 5 tests 71 s wall, 44 CPU seconds, the session's data and forking process
 included (its fixture 39 s wall: the data, the initial checkpoint, both
@@ -174,13 +177,14 @@ EXPERIMENTS = {e.name: e for e in [
                every_suite=False),
     Experiment("dlrm_criteo", "criteo", "train.tsv", "val.tsv",
                ranking=True),
-    # Its resume and evaluator modes run in the full tier: for the suite's
-    # time, as the vision rows but two; they take the same driver paths.
+    # The full tier's: the suite's 15 minutes on 2 cores have no room for
+    # its ~80 s (stock's NLP train.py and exporter are fresh interpreters);
+    # tests/model_dir/test_nlp_serving.py runs in every suite.
     Experiment("bert/tagging", "tagging", "train.tfrecord", "val.tfrecord",
                nlp_module="Tagging", function_key="serve_examples",
                # The names TFM's readers take (input_ids, segment_ids).
                serving_params="use_v2_feature_names=false",
-               every_mode=False),
+               every_mode=False, every_suite=False),
     Experiment("bert/sentence_prediction", "sentence_prediction",
                "train.tfrecord", "val.tfrecord",
                nlp_module="SentencePrediction", every_mode=False,
