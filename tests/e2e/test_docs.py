@@ -17,8 +17,9 @@ tested", says so to the reader):
   printed, on stdout or stderr, in the order of that stream; `...` or `…`
   stands for any text, `<word>` for a value (`<pid>`, `<step>`); lines
   printed and not shown are allowed, so it may show the lines that matter;
-- every `/tmp/` in a `sh` or `python` block is the working directory's
-  `tmp/`, so pages can name model_dirs as a reader would.
+- every `/tmp/` in a `sh`, `python` or `yaml` block, a file's included,
+  is the working directory's `tmp/`, so pages can name model_dirs as a
+  reader would and leave nothing in the machine's `/tmp`.
 
 The working directory holds links to this repository's `launchers/`,
 `experiments/`, `registry_imports.py` and `benchmarks/`, so
@@ -262,7 +263,7 @@ def test_every_code_block_of_the_page_runs(page, tmp_path, data_dir,
       target = cwd / path.group(1)
       assert not os.path.isabs(path.group(1)) and ".." not in path.group(1)
       target.parent.mkdir(parents=True, exist_ok=True)
-      target.write_text(body)
+      target.write_text(body.replace("/tmp/", f"{cwd}/tmp/"))
       continue
     if language == "yaml":
       yaml.safe_load(body)
